@@ -1,0 +1,563 @@
+//! The `PDDeployment` custom resource (`pd.inference.dev/v1alpha1`).
+//!
+//! Settings both roles must agree on (model, KV transfer, page size, KV dtype, allocation policy)
+//! live once at the top of the spec, so the two sides cannot disagree by construction.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "pd.inference.dev";
+pub const VERSION: &str = "v1alpha1";
+
+/// SGLang 0.5.23's default `--disaggregation-bootstrap-port`.
+pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
+/// SGLang's default `--port`.
+pub const DEFAULT_HTTP_PORT: u16 = 30000;
+pub const DEFAULT_ROUTER_PORT: u16 = 8000;
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
+
+/// A prefill/decode disaggregated SGLang deployment: prefill and decode engine pools that share
+/// one model and one KV-transfer configuration, plus the PD router in front of them.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "pd.inference.dev",
+    version = "v1alpha1",
+    kind = "PDDeployment",
+    plural = "pddeployments",
+    singular = "pddeployment",
+    shortname = "pdd",
+    category = "pd",
+    namespaced,
+    status = "PDDeploymentStatus",
+    derive = "PartialEq",
+    printcolumn(name = "Prefill", type_ = "string", json_path = ".status.prefill.ready", description = "ready/desired prefill instances"),
+    printcolumn(name = "Decode", type_ = "string", json_path = ".status.decode.ready", description = "ready/desired decode instances"),
+    printcolumn(name = "Handshake", type_ = "string", json_path = ".status.conditions[?(@.type==\"HandshakeReady\")].status"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PDDeploymentSpec {
+    /// Which engine runs the pods. `sim` runs pd-operator's GPU-free stand-in instead of SGLang.
+    #[serde(default)]
+    pub engine: EngineSpec,
+    /// The model both roles serve.
+    pub model: ModelSpec,
+    /// KV-cache transfer settings shared by both roles.
+    #[serde(default)]
+    pub kv_transfer: KvTransferSpec,
+    /// The prefill pool.
+    pub prefill: RoleSpec,
+    /// The decode pool.
+    pub decode: RoleSpec,
+    /// The PD router in front of both pools.
+    #[serde(default)]
+    pub router: RouterSpec,
+    /// How spec changes roll through the instances.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineSpec {
+    /// `sglang` (the real engine) or `sim` (GPU-free stand-in speaking SGLang's bootstrap protocol).
+    #[serde(default, rename = "type")]
+    pub engine_type: EngineType,
+    /// Engine image. Defaults to `lmsysorg/sglang:v0.5.23` for `sglang` and to the operator's own
+    /// image for `sim`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum EngineType {
+    #[default]
+    #[serde(rename = "sglang")]
+    Sglang,
+    #[serde(rename = "sim")]
+    Sim,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// What `--model-path` gets: a Hugging Face id or a path inside the pod.
+    pub path: String,
+    /// HF `architectures[0]`, e.g. `DeepseekV3ForCausalLM`. Inferred from `path` when it is a
+    /// well-known model id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// Attention kind override; wins over the catalogue and the config map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionKind>,
+    /// A ConfigMap holding the model's HF `config.json`; read by the admission webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<ConfigMapKeyRef>,
+    /// `--served-model-name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_name: Option<String>,
+    /// `--revision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    pub name: String,
+    /// Key inside the ConfigMap; defaults to `config.json`.
+    #[serde(default = "default_config_key")]
+    pub key: String,
+}
+
+fn default_config_key() -> String {
+    "config.json".into()
+}
+
+/// Attention kind of the model, which decides the KV pool kind SGLang's handshake looks at.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum AttentionKind {
+    /// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2, ...).
+    #[serde(rename = "MLA")]
+    Mla,
+    /// Linear attention over an MLA sub-pool (Kimi-Linear, ...).
+    #[serde(rename = "HybridMLA")]
+    HybridMla,
+    /// Grouped-query attention (Llama 3, Qwen 2.5/3, Mistral, ...).
+    #[serde(rename = "GQA")]
+    Gqa,
+    /// Plain multi-head attention.
+    #[serde(rename = "MHA")]
+    Mha,
+}
+
+impl std::fmt::Display for AttentionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Mla => "MLA",
+            Self::HybridMla => "HybridMLA",
+            Self::Gqa => "GQA",
+            Self::Mha => "MHA",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KvTransferSpec {
+    /// `--disaggregation-transfer-backend`.
+    #[serde(default)]
+    pub backend: TransferBackend,
+    /// `--disaggregation-ib-device`: one device, a comma list, or a per-GPU JSON map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ib_device: Option<String>,
+    /// `--page-size`, one value for both roles. Required: SGLang resolves it per backend and GPU
+    /// otherwise, and a mismatch fails the handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub page_size: Option<u32>,
+    /// `--kv-cache-dtype`.
+    #[serde(default)]
+    pub kv_cache_dtype: KvCacheDtype,
+    /// `--disaggregation-bootstrap-port`.
+    #[serde(default = "default_bootstrap_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub bootstrap_port: u16,
+    /// `--disaggregation-decode-allocation-policy`.
+    #[serde(default)]
+    pub decode_allocation_policy: AllocationPolicy,
+    /// `SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER` on both roles.
+    #[serde(default)]
+    pub all_cp_ranks_transfer: bool,
+}
+
+fn default_bootstrap_port() -> u16 {
+    DEFAULT_BOOTSTRAP_PORT
+}
+
+impl Default for KvTransferSpec {
+    fn default() -> Self {
+        Self {
+            backend: TransferBackend::default(),
+            ib_device: None,
+            page_size: None,
+            kv_cache_dtype: KvCacheDtype::default(),
+            bootstrap_port: DEFAULT_BOOTSTRAP_PORT,
+            decode_allocation_policy: AllocationPolicy::default(),
+            all_cp_ranks_transfer: false,
+        }
+    }
+}
+
+macro_rules! flag_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? } default $default:ident) => {
+        $(#[$m])*
+        #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+        pub enum $name {
+            $(
+                #[serde(rename = $text)]
+                #[allow(non_camel_case_types)]
+                $variant,
+            )+
+        }
+        impl $name {
+            #[allow(unreachable_patterns)]
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text,)+ }
+            }
+        }
+        impl Default for $name { fn default() -> Self { Self::$default } }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+flag_enum!(
+    /// `--disaggregation-transfer-backend` values SGLang 0.5.23 accepts.
+    TransferBackend {
+        Mooncake => "mooncake",
+        Nixl => "nixl",
+        Ascend => "ascend",
+        Mori => "mori",
+        MooncakeTcp => "mooncake_tcp",
+        Fake => "fake",
+    } default Mooncake
+);
+
+flag_enum!(
+    /// `--kv-cache-dtype` values SGLang 0.5.23 accepts. Compared as plain strings at handshake
+    /// time: `bf16` and `bfloat16` do not match.
+    KvCacheDtype {
+        Auto => "auto",
+        Fp8E5m2 => "fp8_e5m2",
+        Fp8E4m3 => "fp8_e4m3",
+        Mxfp8 => "mxfp8",
+        Bf16 => "bf16",
+        Bfloat16 => "bfloat16",
+        Nvfp4 => "nvfp4",
+        Fp4MxBlock16 => "fp4_mx_block16",
+    } default Auto
+);
+
+flag_enum!(
+    /// `--disaggregation-decode-allocation-policy`.
+    AllocationPolicy {
+        Early => "early",
+        PrefillComplete => "prefill_complete",
+    } default Early
+);
+
+flag_enum!(
+    /// `--cp-strategy` for prefill context parallelism.
+    CpStrategy {
+        Zigzag => "zigzag",
+        Interleave => "interleave",
+    } default Zigzag
+);
+
+flag_enum!(
+    /// sgl-router load-balancing policy.
+    RouterPolicy {
+        CacheAware => "cache_aware",
+        RoundRobin => "round_robin",
+        Random => "random",
+        PowerOfTwo => "power_of_two",
+    } default CacheAware
+);
+
+/// One role's pool: `replicas` engine instances of one parallel layout.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSpec {
+    /// Number of engine instances (one SGLang server each).
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    #[serde(default)]
+    pub parallelism: Parallelism,
+    /// GPUs on one node; an instance spans `tp*pp/gpusPerNode` pods when larger.
+    #[serde(default = "default_gpus_per_node")]
+    #[schemars(range(min = 1))]
+    pub gpus_per_node: u32,
+    /// `--enable-kv-cache-sharding` (prefill only in SGLang).
+    #[serde(default)]
+    pub enable_kv_cache_sharding: bool,
+    /// `--enable-dsa-cache-layer-split` (DSA models with prefill CP, Mooncake only).
+    #[serde(default)]
+    pub enable_dsa_cache_layer_split: bool,
+    /// Pod-level settings for this role's engine pods.
+    #[serde(default)]
+    pub template: RoleTemplate,
+}
+
+fn one_i32() -> i32 {
+    1
+}
+fn one() -> u32 {
+    1
+}
+fn default_gpus_per_node() -> u32 {
+    DEFAULT_GPUS_PER_NODE
+}
+
+/// The parallel layout of one engine instance, in SGLang's own terms.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.tp % (self.attnDp * self.attnCp) == 0").message(kube::core::Message::Expression("'tp (' + string(self.tp) + ') must be divisible by attnDp * attnCp (' + string(self.attnDp * self.attnCp) + '): SGLang requires tp_size == attn_tp_size * attn_dp_size * attn_cp_size'".into())).field_path(".tp"))]
+#[x_kube(validation = kube::core::Rule::new("self.tp % self.dcp == 0").message(kube::core::Message::Expression("'tensor_model_parallel_size (' + string(self.tp) + ') must be divisible by decode_context_parallel_size (' + string(self.dcp) + ')'".into())).field_path(".dcp"))]
+#[x_kube(validation = kube::core::Rule::new("!(self.dp > 1 && self.attnDp > 1)").message(kube::core::Message::Expression("'--dp-size ' + string(self.dp) + ' with --attn-dp-size ' + string(self.attnDp) + ': data-parallel replicas combined with attention data parallelism are not supported.'".into())).field_path(".dp"))]
+#[x_kube(validation = kube::core::Rule::new("!(self.dcp > 1 && self.attnCp > 1)").message("--dcp-size > 1 does not support --enable-prefill-cp.").field_path(".dcp"))]
+pub struct Parallelism {
+    /// `--tp-size`: GPUs per engine instance and pipeline stage.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub tp: u32,
+    /// `--dp-size`: independent replicas inside one instance.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub dp: u32,
+    /// `--attn-dp-size`: attention data-parallel groups inside the TP group.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub attn_dp: u32,
+    /// `--pp-size`: pipeline stages.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub pp: u32,
+    /// `--attn-cp-size`: attention context parallelism (prefill only, with `cpStrategy`).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub attn_cp: u32,
+    /// `--dcp-size`: decode context parallelism (MLA and hybrid-MLA models only).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub dcp: u32,
+    /// `--cp-strategy`, required with `attnCp > 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cp_strategy: Option<CpStrategy>,
+}
+
+impl Default for Parallelism {
+    fn default() -> Self {
+        Self { tp: 1, dp: 1, attn_dp: 1, pp: 1, attn_cp: 1, dcp: 1, cp_strategy: None }
+    }
+}
+
+impl Parallelism {
+    /// Attention-TP width, as SGLang derives it (`tp / attn_dp / attn_cp`); 0 when undefined.
+    pub fn attn_tp(&self) -> u32 {
+        let groups = self.attn_dp.saturating_mul(self.attn_cp);
+        if groups == 0 { 0 } else { self.tp / groups }
+    }
+    /// GPUs one instance uses.
+    pub fn gpus(&self) -> u64 {
+        u64::from(self.tp) * u64::from(self.pp) * u64::from(self.dp)
+    }
+}
+
+/// Pod-level knobs for a role's engine pods. The engine's own flags come from the spec above;
+/// `extraArgs` may add flags the operator does not manage, never override one it does.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleTemplate {
+    /// Extra engine arguments appended after the managed ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Container resources; `nvidia.com/gpu` is set by the operator from the parallel layout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::free_form_object")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::api::free_form_list")]
+    pub volumes: Vec<Volume>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMount>,
+    /// Engine container security context (e.g. `capabilities.add: [IPC_LOCK]` for RDMA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::free_form_object")]
+    pub security_context: Option<SecurityContext>,
+    /// Host networking (often needed for RDMA); not allowed by the `baseline` Pod Security Standard.
+    #[serde(default)]
+    pub host_network: bool,
+    /// Size of the `/dev/shm` memory volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+}
+
+/// Keeps the CRD small enough for client-side `kubectl apply`: large core types are accepted
+/// as free-form objects here and checked by the apiserver when the pod is created.
+pub(crate) fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+pub(crate) fn free_form_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterSpec {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    #[serde(default)]
+    pub policy: RouterPolicy,
+    /// Router image; defaults to the engine image (which ships `sglang_router`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default = "default_router_port")]
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_router_port() -> u16 {
+    DEFAULT_ROUTER_PORT
+}
+
+impl Default for RouterSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            replicas: 1,
+            policy: RouterPolicy::default(),
+            image: None,
+            port: DEFAULT_ROUTER_PORT,
+            extra_args: Vec::new(),
+            resources: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Instances per role that may be down at once during a spec change.
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable: i32,
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self { max_unavailable: 1 }
+    }
+}
+
+/// Observed state, written only by the controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PDDeploymentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub prefill: RoleStatus,
+    #[serde(default)]
+    pub decode: RoleStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+    /// Per decode instance: which prefill ranks each decode rank reads KV from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_map: Vec<DecodeRankMap>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleStatus {
+    pub replicas: i32,
+    pub ready_replicas: i32,
+    pub updated_replicas: i32,
+    /// `ready/desired`, for `kubectl get`.
+    pub ready: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<String>,
+    #[serde(default)]
+    pub prefill: Vec<InstanceEndpoint>,
+    #[serde(default)]
+    pub decode: Vec<InstanceEndpoint>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceEndpoint {
+    pub instance: u32,
+    pub http: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DecodeRankMap {
+    pub decode_instance: u32,
+    /// One entry per (decode attention-TP rank, PP rank).
+    pub ranks: Vec<RankTargets>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RankTargets {
+    pub engine_rank: u32,
+    pub pp_rank: u32,
+    pub tp_ranks: Vec<u32>,
+    pub cp_ranks: Vec<u32>,
+    pub pp_ranks: Vec<u32>,
+    pub required_dst_info_num: u32,
+    pub required_prefill_response_num: u32,
+}
+
+/// The CRD as YAML, exactly what `crds/pddeployment.yaml` holds.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = PDDeployment::crd();
+    let body = serde_norway::to_string(&crd).unwrap_or_default();
+    format!("# Generated by `pd-operator crd`; do not edit.\n{body}")
+}

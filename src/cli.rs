@@ -1,0 +1,295 @@
+//! Command-line interface: parses arguments and dispatches to the library. Exit codes:
+//! 0 success, 1 a check failed, 2 unreadable input, 3 timeout.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use crate::api::PDDeployment;
+use crate::manifest::{self, Loaded, LoadedDeployment};
+use crate::model::{self, HfConfig};
+use crate::render::{self, RenderOptions};
+use crate::validate::{self, Finding, Severity};
+
+#[derive(Parser, Debug)]
+#[command(name = "pd-operator", version, about = "Prefill/decode disaggregated SGLang on Kubernetes, checked before it reaches a GPU")]
+pub struct Cli {
+    #[command(flatten)]
+    pub logging: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LogArgs {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "PD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. `info` or `pd_operator=debug,kube=info`.
+    #[arg(long, global = true, default_value = "info", env = "PD_LOG_LEVEL")]
+    pub log_level: String,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the PDDeployment CustomResourceDefinition (what crds/ holds).
+    Crd,
+    /// Check PDDeployments against SGLang 0.5.23's rules, offline.
+    Validate(ValidateArgs),
+    /// Print every object and engine argv the controller would create.
+    Render(RenderArgs),
+    /// SGLang's decode-side bootstrap handshake.
+    #[command(subcommand)]
+    Handshake(HandshakeCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// YAML files; multi-document files and ConfigMaps for `model.configMapRef` are accepted.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// The model's HF config.json, used for every PDDeployment read.
+    #[arg(long)]
+    pub model_config: Option<PathBuf>,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: OutputFormat,
+}
+
+#[derive(Args, Debug)]
+pub struct RenderArgs {
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    #[arg(long)]
+    pub model_config: Option<PathBuf>,
+    /// Namespace for objects that name none.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+    /// pd-operator's own image (handshake sidecar, `sim` engine).
+    #[arg(long, env = "PD_OPERATOR_IMAGE", default_value_t = render::default_operator_image())]
+    pub operator_image: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HandshakeCommand {
+    /// Run the decode's checks and rank mapping against one prefill topology body.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Decode topology JSON file.
+    #[arg(long, required_unless_present = "jsonl")]
+    pub decode: Option<PathBuf>,
+    /// Prefill topology body (what `GET /route` with four -1 returns).
+    #[arg(long, required_unless_present = "jsonl")]
+    pub prefill_info: Option<PathBuf>,
+    /// Read `{"decode": ..., "prefill_info": ...}` lines from stdin, write one result per line.
+    #[arg(long, conflicts_with_all = ["decode", "prefill_info"])]
+    pub jsonl: bool,
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Crd => {
+            print!("{}", crate::api::crd_yaml());
+            ExitCode::SUCCESS
+        }
+        Command::Validate(args) => run_validate(args),
+        Command::Render(args) => run_render(args),
+        Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
+    }
+}
+
+fn input_error(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+fn read_model_config(path: &Option<PathBuf>) -> Result<Option<HfConfig>, String> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    HfConfig::parse(&text).map(Some).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The config.json a PDDeployment's `configMapRef` names, when the input files include it.
+fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfig, String>> {
+    let r = d.spec.model.config_map_ref.as_ref()?;
+    let ns = d.metadata.namespace.as_deref();
+    let cm = loaded.config_maps.iter().find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && c.metadata.namespace.as_deref() == ns)?;
+    let text = cm.data.as_ref().and_then(|d| d.get(&r.key));
+    Some(match text {
+        Some(t) => HfConfig::parse(t).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key)),
+        None => Err(format!("ConfigMap {} has no key {:?}", r.name, r.key)),
+    })
+}
+
+/// Findings for one loaded PDDeployment, including unknown fields and config problems.
+fn check_one(d: &LoadedDeployment, loaded: &Loaded, global_config: Option<&HfConfig>) -> (Vec<Finding>, model::ModelFacts) {
+    let name = d.object.metadata.name.clone().unwrap_or_default();
+    let mut findings: Vec<Finding> = d
+        .unknown_fields
+        .iter()
+        .map(|f| Finding {
+            severity: Severity::Error,
+            rule: "unknown-field",
+            field: f.clone(),
+            message: format!("unknown field `{f}`; the apiserver would drop it"),
+            fix: "check the spelling and nesting against `kubectl explain pddeployment.spec`".into(),
+        })
+        .collect();
+    let mut config = global_config.cloned();
+    match referenced_config(&d.object, loaded) {
+        Some(Ok(c)) => config = Some(c),
+        Some(Err(e)) => findings.push(Finding {
+            severity: Severity::Error,
+            rule: "model-config",
+            field: "spec.model.configMapRef".into(),
+            message: e,
+            fix: "give the ConfigMap a valid HF config.json under the referenced key".into(),
+        }),
+        None if d.object.spec.model.config_map_ref.is_some() && config.is_none() => findings.push(Finding {
+            severity: Severity::Warning,
+            rule: "model-config-offline",
+            field: "spec.model.configMapRef".into(),
+            message: "the referenced ConfigMap is not among the input files; the admission webhook reads it in the cluster".into(),
+            fix: "pass the ConfigMap with another -f, or the config.json with --model-config".into(),
+        }),
+        None => {}
+    }
+    let facts = model::resolve(&d.object.spec.model, config.as_ref());
+    findings.extend(validate::validate_with_facts(&name, &d.object.spec, &facts));
+    (findings, facts)
+}
+
+fn load(files: &[PathBuf], model_config: &Option<PathBuf>) -> Result<(Loaded, Option<HfConfig>), ExitCode> {
+    let loaded = manifest::load_files(files).map_err(input_error)?;
+    if loaded.deployments.is_empty() {
+        return Err(input_error(format!("no PDDeployment (pd.inference.dev/v1alpha1) found in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "))));
+    }
+    let config = read_model_config(model_config).map_err(input_error)?;
+    Ok((loaded, config))
+}
+
+fn run_validate(args: ValidateArgs) -> ExitCode {
+    let (loaded, config) = match load(&args.files, &args.model_config) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let mut all_valid = true;
+    let mut report = Vec::new();
+    let mut out = std::io::stdout().lock();
+    for d in &loaded.deployments {
+        let name = d.object.metadata.name.clone().unwrap_or_default();
+        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let valid = validate::is_valid(&findings);
+        all_valid &= valid;
+        match args.output {
+            OutputFormat::Text => {
+                for f in &findings {
+                    let prefix = if f.severity == Severity::Warning { "warning: " } else { "" };
+                    let _ = writeln!(out, "{prefix}{name}: {}: {} (fix: {})", f.field, f.message, f.fix);
+                }
+                if valid {
+                    let _ = writeln!(out, "{name}: valid ({})", facts.describe(&d.object.spec.model.path));
+                }
+            }
+            OutputFormat::Json => report.push(serde_json::json!({
+                "file": d.path.display().to_string(), "document": d.doc, "name": name, "valid": valid,
+                "model": {"architecture": facts.architecture, "attention": facts.attention, "pool": facts.pool()},
+                "findings": findings,
+            })),
+        }
+    }
+    if args.output == OutputFormat::Json {
+        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    }
+    if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+fn run_render(args: RenderArgs) -> ExitCode {
+    let (loaded, config) = match load(&args.files, &args.model_config) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let opts = RenderOptions { operator_image: args.operator_image, default_namespace: args.namespace };
+    let mut failed = false;
+    let mut out = std::io::stdout().lock();
+    for d in &loaded.deployments {
+        let name = d.object.metadata.name.clone().unwrap_or_default();
+        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        for f in &findings {
+            eprintln!("{}{name}: {}: {} (fix: {})", if f.severity == Severity::Warning { "warning: " } else { "error: " }, f.field, f.message, f.fix);
+        }
+        if !validate::is_valid(&findings) {
+            eprintln!("{name}: not rendered: the controller creates nothing for an invalid PDDeployment");
+            failed = true;
+            continue;
+        }
+        match render::render(&d.object, &facts, &opts).and_then(|r| r.to_yaml()) {
+            Ok(yaml) => {
+                let _ = write!(out, "# {name}: {}\n{yaml}", facts.describe(&d.object.spec.model.path));
+            }
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
+
+fn read_json(path: &PathBuf) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: invalid JSON: {e}", path.display()))
+}
+
+fn run_check(args: CheckArgs) -> ExitCode {
+    use crate::handshake::core::check_json;
+    let mut out = std::io::stdout().lock();
+    if args.jsonl {
+        let mut all_ok = true;
+        for line in std::io::stdin().lock().lines() {
+            let result = match line {
+                Err(e) => serde_json::json!({"ok": false, "kind": "InputError", "error": format!("cannot read stdin: {e}")}),
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => match serde_json::from_str::<Value>(&line) {
+                    Err(e) => serde_json::json!({"ok": false, "kind": "InputError", "error": format!("invalid JSON line: {e}")}),
+                    Ok(v) => match (v.get("decode"), v.get("prefill_info")) {
+                        (Some(d), Some(p)) if v.as_object().is_some_and(|o| o.len() == 2) => check_json(d, p).0,
+                        _ => serde_json::json!({"ok": false, "kind": "InputError", "error": "each line must be an object with exactly the keys \"decode\" and \"prefill_info\""}),
+                    },
+                },
+            };
+            all_ok &= result["ok"] == true;
+            if writeln!(out, "{result}").is_err() {
+                return ExitCode::from(2);
+            }
+        }
+        return if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) };
+    }
+    let (Some(d), Some(p)) = (args.decode, args.prefill_info) else {
+        return input_error("--decode and --prefill-info are required without --jsonl");
+    };
+    let (decode, prefill) = match (read_json(&d), read_json(&p)) {
+        (Ok(d), Ok(p)) => (d, p),
+        (Err(e), _) | (_, Err(e)) => return input_error(e),
+    };
+    let (result, ok) = check_json(&decode, &prefill);
+    let _ = writeln!(out, "{result}");
+    if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

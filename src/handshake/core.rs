@@ -1,0 +1,440 @@
+//! SGLang 0.5.23's decode-side handshake, pure: parse a prefill's topology body the way the
+//! decode does, run its checks in its order with its texts, and compute the rank mapping.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use super::pyvalue;
+
+/// Keys a 0.5.23 topology body may carry, in the order the bootstrap server writes them.
+pub const TOPOLOGY_KEYS: [&str; 19] = [
+    "attn_tp_size", "attn_cp_size", "dp_size", "pp_size", "page_size", "kv_cache_dtype", "follow_bootstrap_room",
+    "enable_dsa_cache_layer_split", "dsv41_spec_layout", "kv_layout", "decode_allocation_policy",
+    "enable_kv_cache_sharding", "prefill_http_port", "target_tp_rank", "target_tp_ranks", "target_cp_ranks",
+    "target_pp_ranks", "required_dst_info_num", "required_prefill_response_num",
+];
+/// Keys without a default in SGLang's record: a body missing one is rejected.
+const REQUIRED_KEYS: usize = 7;
+
+pub const STATE_TYPES: &[&str] = &[
+    "mamba", "qsa_pending", "qsa_compressed", "swa", "dsa", "dsa_tail", "minimax_index_k", "minimax_dense_kv",
+    "swa_ring", "c128_state", "request_row", "block_scale", "block_scale_swa",
+];
+
+/// KV pool kind of the decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKind {
+    Mla,
+    HybridMla,
+    Mha,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// The decode rank's own side of the handshake (issue #6's decode JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeTopology {
+    pub attn_tp_size: i64,
+    #[serde(default = "one")]
+    pub attn_cp_size: i64,
+    #[serde(default = "one")]
+    pub pp_size: i64,
+    #[serde(default = "one")]
+    pub dcp_size: i64,
+    pub page_size: i64,
+    pub kv_cache_dtype: String,
+    pub kv_pool: PoolKind,
+    #[serde(default)]
+    pub all_cp_ranks_transfer: bool,
+    #[serde(default)]
+    pub kv_layout: Option<String>,
+    #[serde(default)]
+    pub dsv41_spec_layout: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub state_types: Vec<String>,
+    /// `--disaggregation-decode-allocation-policy`; only the sidecar's receiver-time checks use it.
+    #[serde(default = "early")]
+    pub decode_allocation_policy: String,
+}
+
+fn early() -> String {
+    "early".into()
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum InputError {
+    #[error("decode topology: {0}")]
+    Decode(String),
+    #[error("prefill topology body: {0}")]
+    Prefill(String),
+}
+
+impl DecodeTopology {
+    pub fn parse(value: &Value) -> Result<Self, InputError> {
+        let d: DecodeTopology = serde_path_to_error::deserialize(value)
+            .map_err(|e| InputError::Decode(format!("field `{}`: {}", e.path(), e.inner())))?;
+        for (name, v) in [("attn_tp_size", d.attn_tp_size), ("attn_cp_size", d.attn_cp_size), ("pp_size", d.pp_size), ("dcp_size", d.dcp_size), ("page_size", d.page_size)] {
+            if v < 1 {
+                return Err(InputError::Decode(format!("`{name}` must be at least 1, got {v}")));
+            }
+        }
+        if let Some(bad) = d.state_types.iter().find(|s| !STATE_TYPES.contains(&s.as_str())) {
+            return Err(InputError::Decode(format!("unknown state type {bad:?}; SGLang's are {}", STATE_TYPES.join(", "))));
+        }
+        Ok(d)
+    }
+    fn mla(&self) -> bool {
+        self.kv_pool == PoolKind::Mla
+    }
+    fn mla_or_hybrid(&self) -> bool {
+        self.kv_pool != PoolKind::Mha
+    }
+}
+
+/// A topology body after SGLang's coercions (`PrefillServerInfo.__post_init__`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrefillInfo {
+    pub attn_tp_size: i64,
+    pub attn_cp_size: i64,
+    pub dp_size: i64,
+    pub pp_size: i64,
+    pub page_size: Option<i64>,
+    pub kv_cache_dtype: Option<String>,
+    pub follow_bootstrap_room: bool,
+    pub enable_dsa_cache_layer_split: bool,
+    /// Used as sent (null when absent).
+    pub dsv41_spec_layout: Value,
+    pub kv_layout: Value,
+    pub decode_allocation_policy: Value,
+    pub enable_kv_cache_sharding: Value,
+    pub prefill_http_port: Option<i64>,
+}
+
+fn plural_missing(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    let list = match quoted.len() {
+        1 => quoted[0].clone(),
+        2 => format!("{} and {}", quoted[0], quoted[1]),
+        n => format!("{}, and {}", quoted[..n - 1].join(", "), quoted[n - 1]),
+    };
+    let noun = if names.len() == 1 { "argument" } else { "arguments" };
+    format!("missing {} required positional {noun}: {list}", names.len())
+}
+
+impl PrefillInfo {
+    /// Builds the record as SGLang's decode does; the error is the Python exception text.
+    pub fn from_body(body: &Value) -> Result<Self, String> {
+        let obj = body
+            .as_object()
+            .ok_or_else(|| format!("TypeError: PrefillServerInfo() argument after ** must be a mapping, not {}", pyvalue::type_name(body)))?;
+        if let Some(k) = obj.keys().find(|k| !TOPOLOGY_KEYS.contains(&k.as_str())) {
+            return Err(format!("TypeError: PrefillServerInfo.__init__() got an unexpected keyword argument '{k}'"));
+        }
+        let missing: Vec<&str> = TOPOLOGY_KEYS[..REQUIRED_KEYS].iter().copied().filter(|k| !obj.contains_key(*k)).collect();
+        if !missing.is_empty() {
+            return Err(format!("TypeError: PrefillServerInfo.__init__() {}", plural_missing(&missing)));
+        }
+        let get = |k: &str| obj.get(k).cloned().unwrap_or(Value::Null);
+        let int = |k: &str| pyvalue::int(&get(k));
+        let opt_int = |k: &str| match get(k) {
+            Value::Null => Ok(None),
+            v => pyvalue::int(&v).map(Some),
+        };
+        Ok(Self {
+            attn_tp_size: int("attn_tp_size")?,
+            attn_cp_size: int("attn_cp_size")?,
+            dp_size: int("dp_size")?,
+            pp_size: int("pp_size")?,
+            page_size: opt_int("page_size")?,
+            kv_cache_dtype: match get("kv_cache_dtype") {
+                Value::Null => None,
+                v => Some(pyvalue::str(&v)),
+            },
+            follow_bootstrap_room: pyvalue::truthy(&get("follow_bootstrap_room")),
+            enable_dsa_cache_layer_split: pyvalue::truthy(&get("enable_dsa_cache_layer_split")),
+            dsv41_spec_layout: get("dsv41_spec_layout"),
+            kv_layout: get("kv_layout"),
+            decode_allocation_policy: obj.get("decode_allocation_policy").cloned().unwrap_or_else(|| Value::from("early")),
+            enable_kv_cache_sharding: obj.get("enable_kv_cache_sharding").cloned().unwrap_or(Value::Bool(false)),
+            prefill_http_port: opt_int("prefill_http_port")?,
+        })
+    }
+
+    fn sharding(&self) -> bool {
+        pyvalue::truthy(&self.enable_kv_cache_sharding)
+    }
+}
+
+/// The exception a real decode would raise, as `kind` and `str(exception)`; for assertions
+/// `error` is the assertion message without Python's tuple wrapper.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HandshakeFailure {
+    pub kind: &'static str,
+    pub error: String,
+}
+
+impl HandshakeFailure {
+    fn runtime(error: impl Into<String>) -> Self {
+        Self { kind: "RuntimeError", error: error.into() }
+    }
+    fn assertion(error: impl Into<String>) -> Self {
+        Self { kind: "AssertionError", error: error.into() }
+    }
+    fn zero_division() -> Self {
+        Self { kind: "ZeroDivisionError", error: "integer division or modulo by zero".into() }
+    }
+    /// Short CamelCase reason for Kubernetes conditions, e.g. `PageSizeMismatch`.
+    pub fn reason(&self) -> &'static str {
+        let e = self.error.as_str();
+        match () {
+            _ if e.starts_with("Page size mismatch") => "PageSizeMismatch",
+            _ if e.starts_with("KV cache dtype mismatch") => "KVCacheDtypeMismatch",
+            _ if e.starts_with("MiniMax sparse") => "AttentionTPMismatch",
+            _ if e.starts_with("KV layout mismatch") => "KVLayoutMismatch",
+            _ if e.starts_with("DeepSeek-V4.1 DSpark PD layout") => "DSparkLayoutMismatch",
+            _ if e.starts_with("DeepSeek-V4.1 DSpark PD requires") => "AttentionTPMismatch",
+            _ if e.contains("MXFP8") => "AttentionTPMismatch",
+            _ if e.starts_with("PD decode DCP") => "DecodeContextParallelUnsupported",
+            _ if e.starts_with("MLA KV cache sharding") => "AttentionTPMismatch",
+            _ if e.starts_with("Decode cp size") => "DecodeContextParallelUnsupported",
+            _ if e.starts_with("Decode pp size") => "PipelineParallelMismatch",
+            _ if e.contains("allocation policy") || e.starts_with("prefill_complete") => "AllocationPolicyMismatch",
+            _ => "HandshakeFailed",
+        }
+    }
+}
+
+/// What one decode rank reads from the prefill (`_resolve_rank_mapping`'s result).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankMapping {
+    pub engine_rank: i64,
+    pub pp_rank: i64,
+    pub target_tp_rank: Option<i64>,
+    pub target_tp_ranks: Vec<i64>,
+    pub target_cp_ranks: Vec<i64>,
+    pub target_pp_ranks: Vec<i64>,
+    pub required_dst_info_num: i64,
+    pub required_prefill_response_num: i64,
+}
+
+/// Result of a successful handshake: the mapping of every decode rank, and the warning SGLang
+/// logs (once per process) when attention TP differs on a non-MLA pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handshake {
+    pub ranks: Vec<RankMapping>,
+    pub warnings: Vec<String>,
+}
+
+pub const PERF_WARNING: &str = "Performance is NOT guaranteed when using different TP sizes for non-MLA models. ";
+
+fn floor_div(a: i64, b: i64) -> Result<i64, HandshakeFailure> {
+    if b == 0 {
+        return Err(HandshakeFailure::zero_division());
+    }
+    let q = a / b;
+    Ok(if a % b != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q })
+}
+
+fn py_range(start: i64, end: i64) -> Vec<i64> {
+    if end <= start { Vec::new() } else { (start..end).collect() }
+}
+
+/// `x or {}`: Python's fallback for a falsy layout.
+fn or_empty(v: &Value) -> Value {
+    if pyvalue::truthy(v) { v.clone() } else { Value::Object(Map::new()) }
+}
+
+fn layout_diff(local: &Value, remote: &Value) -> Result<Vec<String>, HandshakeFailure> {
+    let (l, r) = (or_empty(local), or_empty(remote));
+    let keys_of = |v: &Value| -> Result<Vec<String>, HandshakeFailure> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .ok_or_else(|| HandshakeFailure { kind: "AttributeError", error: format!("'{}' object has no attribute 'keys'", pyvalue::type_name(v)) })
+    };
+    let mut keys = keys_of(&l)?;
+    keys.extend(keys_of(&r)?);
+    keys.sort();
+    keys.dedup();
+    let get = |v: &Value, k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+    Ok(keys.into_iter().filter(|k| !pyvalue::eq(&get(&l, k), &get(&r, k))).collect())
+}
+
+/// Checks #1..#10 of `try_ensure_parallel_info`, in SGLang's order.
+fn sanity_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if let Some(ps) = p.page_size.filter(|ps| *ps != d.page_size) {
+        return Err(HandshakeFailure::runtime(format!(
+            "Page size mismatch: prefill server has page_size={ps}, but decode server has page_size={}. Both servers must use the same --page-size value.",
+            d.page_size
+        )));
+    }
+    if let Some(dt) = p.kv_cache_dtype.as_ref().filter(|dt| **dt != d.kv_cache_dtype) {
+        return Err(HandshakeFailure::runtime(format!(
+            "KV cache dtype mismatch: prefill server has kv_cache_dtype={dt}, but decode server has kv_cache_dtype={}. Both servers must use the same --kv-cache-dtype value.",
+            d.kv_cache_dtype
+        )));
+    }
+    if d.state_types.iter().any(|s| s == "minimax_index_k") && p.attn_tp_size != d.attn_tp_size {
+        return Err(HandshakeFailure::runtime(format!(
+            "MiniMax sparse PD requires matching attention TP sizes: prefill={}, decode={}.",
+            p.attn_tp_size, d.attn_tp_size
+        )));
+    }
+    if let Some(dl) = &d.kv_layout {
+        let local = Value::from(dl.as_str());
+        if !p.kv_layout.is_null() && !pyvalue::eq(&p.kv_layout, &local) {
+            return Err(HandshakeFailure::runtime(format!(
+                "KV layout mismatch: prefill server has kv_layout={}, but decode server has kv_layout={dl}. Both servers must use the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT.",
+                pyvalue::str(&p.kv_layout)
+            )));
+        }
+    }
+    let local_layout = d.dsv41_spec_layout.clone().map(Value::Object).unwrap_or(Value::Null);
+    if !local_layout.is_null() || !p.dsv41_spec_layout.is_null() {
+        if !pyvalue::eq(&local_layout, &p.dsv41_spec_layout) {
+            let fields = layout_diff(&local_layout, &p.dsv41_spec_layout)?;
+            return Err(HandshakeFailure::runtime(format!(
+                "DeepSeek-V4.1 DSpark PD layout mismatch ({}): both servers must enable DSpark with the same block size and target/draft KV layout. Upgrade both servers together.",
+                fields.join(", ")
+            )));
+        }
+        let cp_fan_in = p.attn_cp_size > 1 && d.mla_or_hybrid() && d.attn_cp_size == 1 && p.attn_tp_size.checked_mul(p.attn_cp_size) == Some(d.attn_tp_size);
+        if p.attn_tp_size != d.attn_tp_size && !cp_fan_in {
+            return Err(HandshakeFailure::runtime("DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)"));
+        }
+    }
+    if p.attn_tp_size != d.attn_tp_size && !d.mla_or_hybrid() {
+        let scales: Vec<Value> = d.state_types.iter().filter(|s| *s == "block_scale" || *s == "block_scale_swa").map(|s| Value::from(s.as_str())).collect();
+        if !scales.is_empty() {
+            return Err(HandshakeFailure::runtime(format!(
+                "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={}, decode attn_tp_size={}, state types {}.",
+                p.attn_tp_size, d.attn_tp_size, pyvalue::repr(&Value::Array(scales))
+            )));
+        }
+    }
+    if d.dcp_size > 1 {
+        if !d.mla_or_hybrid() {
+            return Err(HandshakeFailure::runtime("PD decode DCP requires an MLA or hybrid-MLA KV pool."));
+        }
+        if p.attn_cp_size != 1 {
+            return Err(HandshakeFailure::runtime(format!("PD decode DCP currently requires prefill attention CP=1, got {}.", p.attn_cp_size)));
+        }
+        if p.sharding() {
+            return Err(HandshakeFailure::runtime("PD decode DCP does not support a prefill with --enable-kv-cache-sharding."));
+        }
+    }
+    Ok(())
+}
+
+/// `_resolve_rank_mapping` for one decode rank.
+fn map_rank(d: &DecodeTopology, p: &PrefillInfo, engine_rank: i64, pp_rank: i64, warnings: &mut Vec<String>) -> Result<RankMapping, HandshakeFailure> {
+    let (dtp, ptp) = (d.attn_tp_size, p.attn_tp_size);
+    let e = engine_rank.rem_euclid(dtp);
+    let mut warn = || {
+        if !d.mla_or_hybrid() && warnings.is_empty() {
+            warnings.push(PERF_WARNING.to_owned());
+        }
+    };
+    let (tp_rank, tp_ranks, dst, mut resp) = if d.mla() && p.sharding() && p.attn_cp_size == 1 {
+        if dtp != ptp {
+            return Err(HandshakeFailure::assertion(format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={ptp} decode={dtp}")));
+        }
+        (None, py_range(0, ptp), dtp, ptp)
+    } else if dtp == ptp {
+        (Some(e), vec![e], 1, 1)
+    } else if dtp > ptp {
+        warn();
+        let k = floor_div(dtp, ptp)?;
+        let r = floor_div(e, k)?;
+        (Some(r), vec![r], k, 1)
+    } else {
+        warn();
+        let r = floor_div(ptp, dtp)?;
+        let ranks = py_range(e * r, (e + 1) * r);
+        let first = *ranks.first().ok_or(HandshakeFailure { kind: "IndexError", error: "list index out of range".into() })?;
+        (Some(first), ranks, 1, if d.mla() { 1 } else { r })
+    };
+    if d.attn_cp_size != 1 {
+        return Err(HandshakeFailure::assertion(format!("Decode cp size ({}) should be equal to 1", d.attn_cp_size)));
+    }
+    let cp_ranks = if p.attn_cp_size == d.attn_cp_size {
+        vec![0]
+    } else {
+        let all_cp = d.all_cp_ranks_transfer || d.kv_pool == PoolKind::HybridMla;
+        if all_cp || p.enable_dsa_cache_layer_split || p.sharding() {
+            resp *= floor_div(p.attn_cp_size, d.attn_cp_size)?;
+            py_range(0, p.attn_cp_size)
+        } else {
+            py_range(0, p.attn_cp_size).into_iter().take(1).collect()
+        }
+    };
+    if d.pp_size != p.pp_size && d.pp_size != 1 {
+        return Err(HandshakeFailure::assertion(format!("Decode pp size ({}) should be equal to prefill pp size ({}) or 1", d.pp_size, p.pp_size)));
+    }
+    let pp_ranks = if p.pp_size == d.pp_size {
+        vec![pp_rank]
+    } else {
+        resp *= floor_div(p.pp_size, d.pp_size)?;
+        py_range(0, p.pp_size)
+    };
+    Ok(RankMapping {
+        engine_rank,
+        pp_rank,
+        target_tp_rank: tp_rank,
+        target_tp_ranks: tp_ranks,
+        target_cp_ranks: cp_ranks,
+        target_pp_ranks: pp_ranks,
+        required_dst_info_num: dst,
+        required_prefill_response_num: resp,
+    })
+}
+
+/// Runs the decode's checks and computes the mapping of every (engine rank, pp rank), engine
+/// rank major, exactly as SGLang 0.5.23 would on each decode scheduler process.
+pub fn handshake(d: &DecodeTopology, p: &PrefillInfo) -> Result<Handshake, HandshakeFailure> {
+    sanity_checks(d, p)?;
+    let mut warnings = Vec::new();
+    let mut ranks = Vec::with_capacity(usize::try_from(d.attn_tp_size * d.pp_size).unwrap_or(0));
+    for engine_rank in 0..d.attn_tp_size {
+        for pp_rank in 0..d.pp_size {
+            ranks.push(map_rank(d, p, engine_rank, pp_rank, &mut warnings)?);
+        }
+    }
+    Ok(Handshake { ranks, warnings })
+}
+
+/// Request-level checks the decode's receiver applies (they fail requests, not the server).
+pub fn receiver_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if !pyvalue::eq(&p.decode_allocation_policy, &Value::from(d.decode_allocation_policy.as_str())) {
+        return Err(HandshakeFailure::runtime(format!(
+            "Disaggregation decode allocation policy mismatch: prefill={}, decode={}. Set --disaggregation-decode-allocation-policy identically on both roles.",
+            pyvalue::str(&p.decode_allocation_policy),
+            d.decode_allocation_policy
+        )));
+    }
+    if d.decode_allocation_policy == "prefill_complete" && (p.attn_tp_size != 1 || p.attn_cp_size != 1 || p.pp_size != 1) {
+        return Err(HandshakeFailure::runtime("prefill_complete requires peer attention TP1/CP1/PP1"));
+    }
+    Ok(())
+}
+
+/// One result line of `handshake check`.
+pub fn check_json(decode: &Value, prefill_info: &Value) -> (Value, bool) {
+    let failure = |kind: &str, error: String| (serde_json::json!({"ok": false, "kind": kind, "error": error}), false);
+    let d = match DecodeTopology::parse(decode) {
+        Ok(d) => d,
+        Err(e) => return failure("InputError", e.to_string()),
+    };
+    let p = match PrefillInfo::from_body(prefill_info) {
+        Ok(p) => p,
+        Err(e) => return failure("InputError", format!("SGLang 0.5.23's decode cannot build its record from this topology body ({e}); it logs `Error fetching prefill server info from bootstrap` and retries")),
+    };
+    match handshake(&d, &p) {
+        Ok(h) => (serde_json::json!({"ok": true, "ranks": h.ranks}), true),
+        Err(f) => failure(f.kind, f.error),
+    }
+}

@@ -1,0 +1,593 @@
+//! Pure rendering of a `PDDeployment` into the objects the controller applies. `pd-operator
+//! render` prints exactly this, so what a user reviews is what runs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec};
+use crate::model::{KvPool, ModelFacts};
+use crate::validate::Role;
+
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const OPERATOR: &str = "pd-operator";
+pub const LABEL_DEPLOYMENT: &str = "pd.inference.dev/deployment";
+pub const LABEL_ROLE: &str = "pd.inference.dev/role";
+pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
+pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
+pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
+pub const HANDSHAKE_CONDITION: &str = "pd.inference.dev/handshake";
+pub const DIST_INIT_PORT: u16 = 5757;
+pub const HANDSHAKE_PORT: u16 = 8099;
+const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
+const GPU_RESOURCE: &str = "nvidia.com/gpu";
+const DEFAULT_SHM: &str = "16Gi";
+
+#[derive(Debug, Error, PartialEq)]
+pub enum RenderError {
+    #[error("{0} has a zero-sized parallel layout or gpusPerNode; run `pd-operator validate` for details")]
+    ZeroSize(&'static str),
+    #[error("the PDDeployment has no name")]
+    NoName,
+    #[error("could not serialize {what}: {message}")]
+    Serialize { what: &'static str, message: String },
+}
+
+/// Inputs that do not come from the PDDeployment itself.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    /// Image of pd-operator itself: the handshake sidecar, and the engine when `engine.type: sim`.
+    pub operator_image: String,
+    /// Namespace used when the object has none (offline `render`).
+    pub default_namespace: String,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self { operator_image: default_operator_image(), default_namespace: "default".into() }
+    }
+}
+
+pub fn default_operator_image() -> String {
+    format!("pd-operator:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Everything the controller creates for one `PDDeployment`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Rendered {
+    pub services: Vec<Service>,
+    pub config_maps: Vec<ConfigMap>,
+    pub pods: Vec<Pod>,
+    pub deployments: Vec<Deployment>,
+}
+
+impl Rendered {
+    /// All objects as one multi-document YAML stream, in apply order.
+    pub fn to_yaml(&self) -> Result<String, RenderError> {
+        let mut docs = Vec::new();
+        let ser = |what, v: &dyn erased::Yaml| v.yaml().map_err(|message| RenderError::Serialize { what, message });
+        for s in &self.services {
+            docs.push(ser("Service", s)?);
+        }
+        for c in &self.config_maps {
+            docs.push(ser("ConfigMap", c)?);
+        }
+        for p in &self.pods {
+            docs.push(ser("Pod", p)?);
+        }
+        for d in &self.deployments {
+            docs.push(ser("Deployment", d)?);
+        }
+        Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
+    }
+}
+
+mod erased {
+    pub trait Yaml {
+        fn yaml(&self) -> Result<String, String>;
+    }
+    impl<T: serde::Serialize + k8s_openapi::Resource> Yaml for T {
+        fn yaml(&self) -> Result<String, String> {
+            let mut v = serde_json::to_value(self).map_err(|e| e.to_string())?;
+            if let Some(o) = v.as_object_mut() {
+                // k8s-openapi serializes apiVersion/kind only through its own serializer: add them.
+                o.insert("apiVersion".into(), T::API_VERSION.into());
+                o.insert("kind".into(), T::KIND.into());
+            }
+            serde_norway::to_string(&v).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Pods one instance of the role spans (`tp*pp*dp / gpusPerNode`, at least 1).
+pub fn nodes_per_instance(rs: &RoleSpec) -> u32 {
+    let per_node = u64::from(rs.gpus_per_node.max(1));
+    u32::try_from(rs.parallelism.gpus().div_ceil(per_node).max(1)).unwrap_or(u32::MAX)
+}
+
+/// GPUs one pod of the role requests.
+pub fn gpus_per_pod(rs: &RoleSpec) -> u64 {
+    rs.parallelism.gpus().min(u64::from(rs.gpus_per_node.max(1)))
+}
+
+pub fn service_name(name: &str, role: Role) -> String {
+    format!("{name}-{}", role.as_str())
+}
+pub fn pod_name(name: &str, role: Role, instance: u32, node: u32) -> String {
+    format!("{name}-{}-{instance}-{node}", role.as_str())
+}
+pub fn router_name(name: &str) -> String {
+    format!("{name}-router")
+}
+pub fn handshake_config_name(name: &str) -> String {
+    format!("{name}-handshake")
+}
+
+/// Stable DNS name of an instance's leader pod through the role's headless Service.
+pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32) -> String {
+    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0), service_name(name, role))
+}
+
+/// The address a decode (and the router) uses for a prefill's bootstrap server.
+pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16) -> String {
+    format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance))
+}
+
+pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), OPERATOR.to_owned()),
+        ("app.kubernetes.io/name".to_owned(), "sglang".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
+        (LABEL_DEPLOYMENT.to_owned(), name.to_owned()),
+        (LABEL_ROLE.to_owned(), role.to_owned()),
+    ])
+}
+
+/// A short hash of everything that shapes a role's pods; a change rolls that role.
+pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) -> String {
+    let rs = match role {
+        Role::Prefill => &spec.prefill,
+        Role::Decode => &spec.decode,
+    };
+    let shaped = RoleSpec { replicas: 0, ..rs.clone() };
+    let inputs = serde_json::json!({
+        "role": role.as_str(), "engine": spec.engine, "model": spec.model, "kv": spec.kv_transfer,
+        "pool": shaped, "operatorImage": opts.operator_image,
+    });
+    let digest = Sha256::digest(inputs.to_string().as_bytes());
+    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The engine's argv after the program name, for one pod of one instance.
+pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32) -> Vec<String> {
+    let rs = match role {
+        Role::Prefill => &spec.prefill,
+        Role::Decode => &spec.decode,
+    };
+    let p = &rs.parallelism;
+    let kv = &spec.kv_transfer;
+    let mut a: Vec<String> = Vec::new();
+    let mut flag = |f: &str, v: String| {
+        a.push(f.to_owned());
+        a.push(v);
+    };
+    flag("--model-path", spec.model.path.clone());
+    if let Some(n) = &spec.model.served_name {
+        flag("--served-model-name", n.clone());
+    }
+    if let Some(r) = &spec.model.revision {
+        flag("--revision", r.clone());
+    }
+    flag("--disaggregation-mode", role.as_str().into());
+    flag("--disaggregation-bootstrap-port", kv.bootstrap_port.to_string());
+    flag("--disaggregation-transfer-backend", kv.backend.to_string());
+    if let Some(ib) = &kv.ib_device {
+        flag("--disaggregation-ib-device", ib.clone());
+    }
+    flag("--disaggregation-decode-allocation-policy", kv.decode_allocation_policy.to_string());
+    flag("--tp-size", p.tp.to_string());
+    flag("--dp-size", p.dp.to_string());
+    flag("--attn-dp-size", p.attn_dp.to_string());
+    flag("--pp-size", p.pp.to_string());
+    flag("--attn-cp-size", p.attn_cp.to_string());
+    if p.attn_cp > 1 {
+        a.push("--enable-prefill-cp".into());
+        if let Some(s) = p.cp_strategy {
+            a.push("--cp-strategy".into());
+            a.push(s.to_string());
+        }
+    }
+    let mut flag = |f: &str, v: String| {
+        a.push(f.to_owned());
+        a.push(v);
+    };
+    flag("--dcp-size", p.dcp.to_string());
+    if let Some(ps) = kv.page_size {
+        flag("--page-size", ps.to_string());
+    }
+    flag("--kv-cache-dtype", kv.kv_cache_dtype.to_string());
+    flag("--host", "0.0.0.0".into());
+    flag("--port", DEFAULT_HTTP_PORT.to_string());
+    let nnodes = nodes_per_instance(rs);
+    if nnodes > 1 {
+        flag("--dist-init-addr", format!("{}:{DIST_INIT_PORT}", leader_host(name, ns, role, instance)));
+        flag("--nnodes", nnodes.to_string());
+        flag("--node-rank", node.to_string());
+    }
+    if rs.enable_kv_cache_sharding {
+        a.push("--enable-kv-cache-sharding".into());
+    }
+    if rs.enable_dsa_cache_layer_split {
+        a.push("--enable-dsa-cache-layer-split".into());
+    }
+    a.extend(rs.template.extra_args.iter().cloned());
+    a
+}
+
+/// Program that runs the engine: SGLang, or pd-operator's stand-in with the same flags.
+pub fn engine_command(spec: &PDDeploymentSpec) -> Vec<String> {
+    match spec.engine.engine_type {
+        EngineType::Sglang => vec!["python3".into(), "-m".into(), "sglang.launch_server".into()],
+        EngineType::Sim => vec!["pd-operator".into(), "sim".into(), "engine".into()],
+    }
+}
+
+fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
+    spec.engine.image.clone().unwrap_or_else(|| match spec.engine.engine_type {
+        EngineType::Sglang => DEFAULT_SGLANG_IMAGE.into(),
+        EngineType::Sim => opts.operator_image.clone(),
+    })
+}
+
+/// The decode topology the handshake sidecar checks prefills against (issue #6's decode JSON).
+pub fn decode_topology_json(spec: &PDDeploymentSpec, facts: &ModelFacts) -> serde_json::Value {
+    let p = &spec.decode.parallelism;
+    let kv = &spec.kv_transfer;
+    let pool = match facts.pool() {
+        Some(KvPool::Mla) => "mla",
+        Some(KvPool::HybridMla) => "hybrid_mla",
+        _ => "mha",
+    };
+    // The string SGLang compares is the resolved one (spec §6.3).
+    let dtype = match kv.kv_cache_dtype {
+        KvCacheDtype::Auto if facts.kv_fp8_checkpoint || facts.traits.deepseek_v4 => "fp8_e4m3".to_owned(),
+        other => other.to_string(),
+    };
+    let mut states: Vec<&str> = Vec::new();
+    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && pool == "mha" {
+        states.push("block_scale");
+        if facts.traits.hybrid_swa {
+            states.push("block_scale_swa");
+        }
+    }
+    if facts.traits.minimax_sparse {
+        states.push("minimax_index_k");
+    }
+    serde_json::json!({
+        "attn_tp_size": p.attn_tp(),
+        "attn_cp_size": p.attn_cp,
+        "pp_size": p.pp,
+        "dcp_size": p.dcp,
+        "page_size": kv.page_size.unwrap_or(1),
+        "kv_cache_dtype": dtype,
+        "kv_pool": pool,
+        "all_cp_ranks_transfer": kv.all_cp_ranks_transfer,
+        "kv_layout": if facts.traits.deepseek_v4 { serde_json::Value::from("v4") } else { serde_json::Value::Null },
+        "dsv41_spec_layout": null,
+        "state_types": states,
+    })
+}
+
+fn owner_refs(pdd: &PDDeployment) -> Option<Vec<OwnerReference>> {
+    pdd.controller_owner_ref(&()).map(|o| vec![o])
+}
+
+fn meta(name: String, ns: &str, labels: BTreeMap<String, String>, owners: &Option<Vec<OwnerReference>>) -> ObjectMeta {
+    ObjectMeta { name: Some(name), namespace: Some(ns.to_owned()), labels: Some(labels), owner_references: owners.clone(), ..Default::default() }
+}
+
+fn env_value(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource { field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, port: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction { path: Some(path.into()), port: IntOrString::String(port.into()), ..Default::default() }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort { name: Some(name.into()), container_port: i32::from(number), ..Default::default() }
+}
+
+/// Security settings of containers pd-operator itself runs (`restricted` Pod Security Standard).
+pub fn restricted_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(65532),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn handshake_sidecar(opts: &RenderOptions) -> Container {
+    Container {
+        name: "handshake".into(),
+        image: Some(opts.operator_image.clone()),
+        command: Some(vec!["pd-operator".into()]),
+        args: Some(vec![
+            "handshake".into(), "run".into(),
+            "--decode".into(), format!("{HANDSHAKE_MOUNT}/decode.json"),
+            "--prefill-file".into(), format!("{HANDSHAKE_MOUNT}/prefill-addresses"),
+            "--pod".into(), "$(POD_NAMESPACE)/$(POD_NAME)".into(),
+            "--listen".into(), format!("0.0.0.0:{HANDSHAKE_PORT}"),
+        ]),
+        env: Some(vec![env_field("POD_NAME", "metadata.name"), env_field("POD_NAMESPACE", "metadata.namespace")]),
+        ports: Some(vec![port("handshake", HANDSHAKE_PORT)]),
+        // A native sidecar: started before the engine and kept running beside it.
+        restart_policy: Some("Always".into()),
+        startup_probe: Some(http_probe("/livez", "handshake", 2, 30)),
+        volume_mounts: Some(vec![VolumeMount { name: "handshake".into(), mount_path: HANDSHAKE_MOUNT.into(), read_only: Some(true), ..Default::default() }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".into(), Quantity("10m".into())), ("memory".into(), Quantity("16Mi".into()))])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
+            ..Default::default()
+        }),
+        security_context: Some(restricted_security_context()),
+        ..Default::default()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn engine_pod(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32, revision: &str, owners: &Option<Vec<OwnerReference>>, opts: &RenderOptions) -> Pod {
+    let rs = match role {
+        Role::Prefill => &pdd_spec.prefill,
+        Role::Decode => &pdd_spec.decode,
+    };
+    let t = &rs.template;
+    let mut labels = t.labels.clone();
+    labels.extend(common_labels(name, role.as_str()));
+    labels.insert(LABEL_INSTANCE.into(), instance.to_string());
+    labels.insert(LABEL_NODE_RANK.into(), node.to_string());
+    labels.insert(LABEL_REVISION.into(), revision.into());
+    let pod_name = pod_name(name, role, instance, node);
+
+    let mut env = vec![env_field("SGLANG_HOST_IP", "status.podIP")];
+    if pdd_spec.kv_transfer.all_cp_ranks_transfer {
+        env.push(env_value("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "true"));
+    }
+    env.extend(t.env.iter().cloned());
+
+    let mut resources = t.resources.clone().unwrap_or_default();
+    if pdd_spec.engine.engine_type == EngineType::Sglang {
+        let gpus = Quantity(gpus_per_pod(rs).to_string());
+        resources.limits.get_or_insert_with(BTreeMap::new).insert(GPU_RESOURCE.into(), gpus.clone());
+        if let Some(req) = resources.requests.as_mut() {
+            req.insert(GPU_RESOURCE.into(), gpus);
+        }
+    }
+
+    let mut ports = vec![port("http", DEFAULT_HTTP_PORT)];
+    if role == Role::Prefill && node == 0 {
+        ports.push(port("bootstrap", pdd_spec.kv_transfer.bootstrap_port));
+    }
+    if nodes_per_instance(rs) > 1 {
+        ports.push(port("dist-init", DIST_INIT_PORT));
+    }
+    let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
+    mounts.extend(t.volume_mounts.iter().cloned());
+    // Only the leader of a multi-node instance serves HTTP.
+    let leader = node == 0;
+    let engine = Container {
+        name: "engine".into(),
+        image: Some(engine_image(pdd_spec, opts)),
+        image_pull_policy: pdd_spec.engine.image_pull_policy.clone(),
+        command: Some(engine_command(pdd_spec)),
+        args: Some(engine_args(pdd_spec, role, name, ns, instance, node)),
+        env: Some(env),
+        ports: Some(ports),
+        resources: Some(resources),
+        readiness_probe: leader.then(|| http_probe("/health", "http", 10, 3)),
+        // Model loading can take long; the startup probe holds liveness checks off until then.
+        startup_probe: leader.then(|| http_probe("/health", "http", 10, 360)),
+        volume_mounts: Some(mounts),
+        security_context: t.security_context.clone(),
+        ..Default::default()
+    };
+    let mut volumes = vec![Volume {
+        name: "dshm".into(),
+        empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".into()), size_limit: Some(t.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM.into()))), ..Default::default() }),
+        ..Default::default()
+    }];
+    volumes.extend(t.volumes.iter().cloned());
+    let mut init_containers = None;
+    let mut readiness_gates = None;
+    if role == Role::Decode {
+        init_containers = Some(vec![handshake_sidecar(opts)]);
+        readiness_gates = Some(vec![PodReadinessGate { condition_type: HANDSHAKE_CONDITION.into() }]);
+        volumes.push(Volume {
+            name: "handshake".into(),
+            config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(name), ..Default::default() }),
+            ..Default::default()
+        });
+    }
+    let mut metadata = meta(pod_name.clone(), ns, labels, owners);
+    if !t.annotations.is_empty() {
+        metadata.annotations = Some(t.annotations.clone());
+    }
+    Pod {
+        metadata,
+        spec: Some(PodSpec {
+            hostname: Some(pod_name),
+            subdomain: Some(service_name(name, role)),
+            // A multi-node engine cannot survive a lost rank: the controller recreates the instance.
+            restart_policy: Some("Never".into()),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(60),
+            host_network: t.host_network.then_some(true),
+            dns_policy: t.host_network.then(|| "ClusterFirstWithHostNet".into()),
+            node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
+            tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
+            affinity: t.affinity.clone(),
+            service_account_name: t.service_account_name.clone(),
+            priority_class_name: t.priority_class_name.clone(),
+            scheduler_name: t.scheduler_name.clone(),
+            init_containers,
+            containers: vec![engine],
+            readiness_gates,
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Service {
+    let mut ports = vec![ServicePort { name: Some("http".into()), port: i32::from(DEFAULT_HTTP_PORT), ..Default::default() }];
+    if role == Role::Prefill {
+        ports.push(ServicePort { name: Some("bootstrap".into()), port: i32::from(pdd_spec.kv_transfer.bootstrap_port), ..Default::default() });
+    }
+    let mut selector = BTreeMap::new();
+    selector.insert(LABEL_DEPLOYMENT.to_owned(), name.to_owned());
+    selector.insert(LABEL_ROLE.to_owned(), role.as_str().to_owned());
+    Service {
+        metadata: meta(service_name(name, role), ns, common_labels(name, role.as_str()), owners),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            // Ranks must find their leader by DNS before anything is Ready.
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector),
+            ports: Some(ports),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>, opts: &RenderOptions) -> (Deployment, Service) {
+    let r = &spec.router;
+    let labels = common_labels(name, "router");
+    let mut args = vec!["--pd-disaggregation".to_owned()];
+    for i in 0..spec.prefill.replicas.max(0) as u32 {
+        args.push("--prefill".into());
+        args.push(format!("http://{}:{DEFAULT_HTTP_PORT}", leader_host(name, ns, Role::Prefill, i)));
+        args.push(spec.kv_transfer.bootstrap_port.to_string());
+    }
+    for i in 0..spec.decode.replicas.max(0) as u32 {
+        args.push("--decode".into());
+        args.push(format!("http://{}:{DEFAULT_HTTP_PORT}", leader_host(name, ns, Role::Decode, i)));
+    }
+    args.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), r.port.to_string(), "--policy".into(), r.policy.to_string()]);
+    args.extend(r.extra_args.iter().cloned());
+    let (image, command) = match spec.engine.engine_type {
+        EngineType::Sglang => (r.image.clone().unwrap_or_else(|| engine_image(spec, opts)), vec!["python3".into(), "-m".into(), "sglang_router.launch_router".into()]),
+        EngineType::Sim => (r.image.clone().unwrap_or_else(|| opts.operator_image.clone()), vec!["pd-operator".into(), "sim".into(), "router".into()]),
+    };
+    let container = Container {
+        name: "router".into(),
+        image: Some(image),
+        image_pull_policy: spec.engine.image_pull_policy.clone(),
+        command: Some(command),
+        args: Some(args),
+        ports: Some(vec![port("http", r.port)]),
+        readiness_probe: Some(http_probe("/health", "http", 5, 3)),
+        resources: r.resources.clone(),
+        security_context: Some(restricted_security_context()),
+        ..Default::default()
+    };
+    let deployment = Deployment {
+        metadata: meta(router_name(name), ns, labels.clone(), owners),
+        spec: DeploymentSpec {
+            replicas: Some(r.replicas),
+            selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(labels.clone()), ..Default::default() }),
+                spec: Some(PodSpec { containers: vec![container], enable_service_links: Some(false), ..Default::default() }),
+            },
+            ..Default::default()
+        },
+        status: None,
+    };
+    let service = Service {
+        metadata: meta(router_name(name), ns, labels.clone(), owners),
+        spec: Some(ServiceSpec {
+            selector: Some(labels),
+            ports: Some(vec![ServicePort { name: Some("http".into()), port: i32::from(r.port), target_port: Some(IntOrString::String("http".into())), ..Default::default() }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    (deployment, service)
+}
+
+/// Renders every child object of `pdd`. `facts` is the resolved model (see `model::resolve`).
+pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> Result<Rendered, RenderError> {
+    let name = pdd.metadata.name.as_deref().ok_or(RenderError::NoName)?;
+    let ns = pdd.metadata.namespace.clone().unwrap_or_else(|| opts.default_namespace.clone());
+    let spec = &pdd.spec;
+    for (role, rs) in [("prefill", &spec.prefill), ("decode", &spec.decode)] {
+        let p = &rs.parallelism;
+        if [p.tp, p.dp, p.attn_dp, p.pp, p.attn_cp, p.dcp, rs.gpus_per_node].contains(&0) {
+            return Err(RenderError::ZeroSize(role));
+        }
+    }
+    let owners = owner_refs(pdd);
+    let mut out = Rendered::default();
+    for role in [Role::Prefill, Role::Decode] {
+        out.services.push(headless_service(spec, role, name, &ns, &owners));
+    }
+    let prefill_addresses: Vec<String> =
+        (0..spec.prefill.replicas.max(0) as u32).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
+    let decode_json = serde_json::to_string_pretty(&decode_topology_json(spec, facts))
+        .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
+    out.config_maps.push(ConfigMap {
+        metadata: meta(handshake_config_name(name), &ns, common_labels(name, "decode"), &owners),
+        data: Some(BTreeMap::from([("decode.json".into(), decode_json), ("prefill-addresses".into(), prefill_addresses.join("\n") + "\n")])),
+        ..Default::default()
+    });
+    for role in [Role::Prefill, Role::Decode] {
+        let rs = match role {
+            Role::Prefill => &spec.prefill,
+            Role::Decode => &spec.decode,
+        };
+        let revision = role_revision(spec, role, opts);
+        for instance in 0..rs.replicas.max(0) as u32 {
+            for node in 0..nodes_per_instance(rs) {
+                out.pods.push(engine_pod(spec, role, name, &ns, instance, node, &revision, &owners, opts));
+            }
+        }
+    }
+    if spec.router.enabled {
+        let (deployment, service) = router_objects(spec, name, &ns, &owners, opts);
+        out.services.push(service);
+        out.deployments.push(deployment);
+    }
+    Ok(out)
+}

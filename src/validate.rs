@@ -1,0 +1,587 @@
+//! The static rules: everything SGLang 0.5.23 would reject (at start-up or at the PD handshake)
+//! that the `PDDeployment` spec alone decides. Pure functions; every violation is returned, not
+//! only the first, each with its field path, the engine's own words and a fix.
+
+use serde::Serialize;
+
+use crate::api::{AllocationPolicy, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
+use crate::model::{HfConfig, KvPool, ModelFacts};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One rule's verdict on one field.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// Stable rule id, e.g. `decode-dcp-needs-mla`.
+    pub rule: &'static str,
+    /// JSON path of the offending field, e.g. `spec.decode.parallelism.dcp`.
+    pub field: String,
+    pub message: String,
+    pub fix: String,
+}
+
+impl Finding {
+    fn error(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { severity: Severity::Error, rule, field: field.into(), message: message.into(), fix: fix.into() }
+    }
+    fn warning(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { severity: Severity::Warning, ..Self::error(rule, field, message, fix) }
+    }
+
+    /// `<field path>: <message> (fix: <hint>)`, the form `validate` and the webhook print.
+    pub fn render(&self) -> String {
+        let prefix = if self.severity == Severity::Warning { "warning: " } else { "" };
+        format!("{prefix}{}: {} (fix: {})", self.field, self.message, self.fix)
+    }
+}
+
+/// Exact SGLang 0.5.23 texts that users will also find in engine logs.
+pub mod texts {
+    pub const DCP_NEEDS_MLA: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
+    pub const DCP_NO_SHARDING: &str = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
+    pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
+    pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
+    pub const PREFILL_NO_FAKE: &str = "Prefill server does not support 'fake' as the transfer backend";
+    pub const PERF_WARNING: &str = "Performance is NOT guaranteed when using different TP sizes for non-MLA models. ";
+    pub const SHARDING_PREFILL_ONLY: &str = "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe of every cached page, which is incompatible with local decode.";
+    pub const STAGING_NOT_MLA: &str = "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
+    pub const PREFILL_COMPLETE_PEER: &str = "prefill_complete requires peer attention TP1/CP1/PP1";
+    pub const DSPARK_TP: &str = "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)";
+    pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Prefill,
+    Decode,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
+    fn field(self, rest: &str) -> String {
+        format!("spec.{}.{rest}", self.as_str())
+    }
+}
+
+/// Engine flags the operator derives from the spec; `extraArgs` must not set them.
+pub const MANAGED_FLAGS: &[&str] = &[
+    "--model-path", "--model", "--served-model-name", "--revision", "--disaggregation-mode",
+    "--disaggregation-bootstrap-port", "--disaggregation-transfer-backend", "--disaggregation-ib-device",
+    "--disaggregation-decode-allocation-policy", "--tp-size", "--tensor-parallel-size", "--tp",
+    "--dp-size", "--data-parallel-size", "--dp", "--attn-dp-size", "--attention-data-parallel-size",
+    "--enable-dp-attention", "--pp-size", "--pipeline-parallel-size", "--attn-cp-size",
+    "--attention-context-parallel-size", "--enable-prefill-cp", "--cp-strategy", "--dcp-size",
+    "--decode-context-parallel-size", "--page-size", "--kv-cache-dtype", "--enable-kv-cache-sharding",
+    "--enable-dsa-cache-layer-split", "--host", "--port", "--dist-init-addr", "--nccl-init-addr",
+    "--nnodes", "--node-rank",
+];
+
+/// Environment variables the operator sets on engine containers.
+pub const MANAGED_ENV: &[&str] = &["SGLANG_HOST_IP", "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"];
+
+/// Flags and environment variables that must be equal on both roles although SGLang never
+/// compares them (spec §6.1): a mismatch corrupts or stalls transfers instead of failing fast.
+const PAIRED_FLAGS: &[(&str, &str)] = &[
+    ("--disaggregation-enable-kv-checksum", "the KV checksum changes the metadata buffers both roles exchange"),
+    ("--speculative-algorithm", "draft KV is transferred with the target KV"),
+    ("--speculative-num-steps", "draft KV is transferred with the target KV"),
+    ("--speculative-eagle-topk", "draft KV is transferred with the target KV"),
+    ("--speculative-num-draft-tokens", "draft KV is transferred with the target KV"),
+    ("--speculative-draft-model-path", "draft KV is transferred with the target KV"),
+    ("--disable-hybrid-swa-memory", "it changes the KV pool kind of hybrid-SWA models"),
+    ("--dsv4-attn-backend", "it decides DeepSeek-V4's kv_layout"),
+];
+const PAIRED_ENV: &[(&str, &str)] = &[
+    ("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "a decode-only setting asks /query_dp_ranks for rooms the prefill never registers"),
+    ("SGLANG_ENABLE_DISAGG_SAMPLING_MASK", "it changes the metadata buffers both roles exchange"),
+    ("SGLANG_DISAGG_STAGING_BUFFER", "both roles must stage KV the same way"),
+    ("SGLANG_DSV4_KV_LAYOUT", "it decides DeepSeek-V4's kv_layout"),
+];
+
+const DNS_LABEL_MAX: usize = 63;
+
+/// Runs every rule over the spec. `config` is the model's `config.json`, when available.
+pub fn validate(name: &str, spec: &PDDeploymentSpec, config: Option<&HfConfig>) -> Vec<Finding> {
+    let facts = crate::model::resolve(&spec.model, config);
+    validate_with_facts(name, spec, &facts)
+}
+
+pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    check_name(name, spec, &mut out);
+    if spec.model.path.trim().is_empty() {
+        out.push(Finding::error("model-path", "spec.model.path", "the model path is empty", "set spec.model.path to a Hugging Face id or a path inside the pod"));
+    }
+    let sizes_ok = check_sizes(Role::Prefill, &spec.prefill, &mut out) & check_sizes(Role::Decode, &spec.decode, &mut out);
+    for role in [Role::Prefill, Role::Decode] {
+        let rs = role_spec(spec, role);
+        if sizes_ok {
+            check_startup(role, rs, spec, &mut out);
+            check_gpus(role, rs, &mut out);
+        }
+        check_extra_args(role, rs, &mut out);
+    }
+    check_paired_settings(spec, &mut out);
+    if sizes_ok {
+        check_handshake(spec, facts, &mut out);
+        check_allocation_policy(spec, &mut out);
+        check_operator_policy(spec, facts, &mut out);
+    }
+    out
+}
+
+fn role_spec(spec: &PDDeploymentSpec, role: Role) -> &RoleSpec {
+    match role {
+        Role::Prefill => &spec.prefill,
+        Role::Decode => &spec.decode,
+    }
+}
+
+/// Zero sizes would make every later rule divide by zero; report them and stop there.
+fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
+    let p = &rs.parallelism;
+    let mut ok = true;
+    for (field, value) in [("tp", p.tp), ("dp", p.dp), ("attnDp", p.attn_dp), ("pp", p.pp), ("attnCp", p.attn_cp), ("dcp", p.dcp)] {
+        if value == 0 {
+            ok = false;
+            out.push(Finding::error("size-positive", role.field(&format!("parallelism.{field}")), format!("{field} must be at least 1, got 0"), format!("set {field}: 1 or more")));
+        }
+    }
+    if rs.gpus_per_node == 0 {
+        ok = false;
+        out.push(Finding::error("size-positive", role.field("gpusPerNode"), "gpusPerNode must be at least 1, got 0", "set gpusPerNode to the GPUs of one node, e.g. 8"));
+    }
+    if rs.replicas < 0 {
+        out.push(Finding::error("size-positive", role.field("replicas"), format!("replicas must not be negative, got {}", rs.replicas), "set replicas: 0 or more"));
+    }
+    ok
+}
+
+/// What each engine checks at its own start-up (spec §7a item 1).
+fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
+    let groups = p.attn_dp * p.attn_cp;
+    if p.tp % groups != 0 {
+        out.push(Finding::error(
+            "tp-divisible-by-attn-groups",
+            role.field("parallelism.tp"),
+            format!("tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}", p.tp, p.attn_dp, p.attn_cp),
+            format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
+        ));
+    }
+    if p.dp > 1 && p.attn_dp > 1 {
+        out.push(Finding::error(
+            "dp-with-attn-dp",
+            role.field("parallelism.dp"),
+            format!("--dp-size {} with --attn-dp-size {}: data-parallel replicas combined with attention data parallelism are not supported.", p.dp, p.attn_dp),
+            "use attnDp for attention data parallelism and scale instances with replicas; keep dp: 1",
+        ));
+    }
+    if p.tp % p.dcp != 0 {
+        out.push(Finding::error(
+            "tp-divisible-by-dcp",
+            role.field("parallelism.dcp"),
+            format!("tensor_model_parallel_size ({}) must be divisible by decode_context_parallel_size ({})", p.tp, p.dcp),
+            format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, largest_divisor_at_most(p.tp, p.dcp)),
+        ));
+    }
+    if p.attn_cp > 1 {
+        if p.dcp > 1 {
+            out.push(Finding::error("dcp-with-prefill-cp", role.field("parallelism.dcp"), texts::DCP_NO_PREFILL_CP, "use either attnCp or dcp on one role, not both"));
+        }
+        if role == Role::Prefill && p.cp_strategy.is_none() {
+            out.push(Finding::error("cp-strategy-required", role.field("parallelism.cpStrategy"), texts::CP_STRATEGY_REQUIRED, "set cpStrategy: zigzag or interleave"));
+        }
+    }
+    if role == Role::Prefill && spec.kv_transfer.backend == TransferBackend::Fake {
+        out.push(Finding::error("prefill-no-fake-backend", "spec.kvTransfer.backend", texts::PREFILL_NO_FAKE, "use mooncake, nixl, mori or ascend; `fake` only serves synthetic decode benchmarks"));
+    }
+    if role == Role::Prefill && p.dcp > 1 {
+        out.push(Finding::warning("prefill-dcp", role.field("parallelism.dcp"), texts::PREFILL_DCP_WARNING, "keep prefill dcp: 1 unless you have measured a gain"));
+    }
+    if rs.enable_kv_cache_sharding {
+        match role {
+            Role::Decode => out.push(Finding::error("sharding-prefill-only", role.field("enableKvCacheSharding"), texts::SHARDING_PREFILL_ONLY, "remove enableKvCacheSharding from spec.decode")),
+            Role::Prefill => {
+                if p.dcp > 1 {
+                    out.push(Finding::error("sharding-with-dcp", role.field("enableKvCacheSharding"), "--enable-kv-cache-sharding is refused with --dcp-size > 1", "turn off enableKvCacheSharding or set prefill dcp: 1"));
+                }
+                if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
+                    out.push(Finding::error("sharding-backend", "spec.kvTransfer.backend", format!("--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'", spec.kv_transfer.backend), "use backend: mooncake or nixl, or turn off enableKvCacheSharding"));
+                }
+                if spec.kv_transfer.page_size == Some(1) {
+                    out.push(Finding::error("sharding-page-size", "spec.kvTransfer.pageSize", "--enable-kv-cache-sharding needs a page size greater than 1", "set pageSize: 64 (or another size > 1)"));
+                }
+            }
+        }
+    }
+}
+
+/// An instance's GPUs must fill whole nodes when they span several.
+fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
+    let gpus = rs.parallelism.gpus();
+    let per_node = u64::from(rs.gpus_per_node);
+    if gpus > per_node && gpus % per_node != 0 {
+        out.push(Finding::error(
+            "gpus-fill-nodes",
+            role.field("gpusPerNode"),
+            format!("an instance needs tp×pp×dp = {gpus} GPUs, which does not split evenly over nodes of {per_node} GPUs"),
+            format!("make tp×pp×dp a multiple of gpusPerNode ({per_node}), or set gpusPerNode to a divisor of {gpus}"),
+        ));
+        return;
+    }
+    let nnodes = gpus.div_ceil(per_node).max(1);
+    let tp_pp = u64::from(rs.parallelism.tp) * u64::from(rs.parallelism.pp);
+    if nnodes > 1 && tp_pp % nnodes != 0 {
+        out.push(Finding::error(
+            "tp-divisible-by-nodes",
+            role.field("parallelism.tp"),
+            format!("tp_size must be divisible by number of nodes: tp×pp = {tp_pp} over {nnodes} nodes"),
+            "choose tp and pp so that tp×pp is a multiple of the node count",
+        ));
+    }
+}
+
+fn check_extra_args(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
+    for (i, arg) in rs.template.extra_args.iter().enumerate() {
+        let flag = arg.split('=').next().unwrap_or(arg);
+        if MANAGED_FLAGS.contains(&flag) {
+            out.push(Finding::error(
+                "extra-args-managed-flag",
+                role.field(&format!("template.extraArgs[{i}]")),
+                format!("`{flag}` is managed by pd-operator and derived from the spec; extraArgs may not override it"),
+                format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
+            ));
+        }
+    }
+    for (i, env) in rs.template.env.iter().enumerate() {
+        if MANAGED_ENV.contains(&env.name.as_str()) {
+            out.push(Finding::error(
+                "env-managed",
+                role.field(&format!("template.env[{i}]")),
+                format!("`{}` is set by pd-operator", env.name),
+                if env.name == "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER" { "use spec.kvTransfer.allCpRanksTransfer, which sets it on both roles" } else { "remove it from env" },
+            ));
+        }
+    }
+}
+
+/// The value an engine flag has in extraArgs (`Some("")` for a bare switch).
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            let next = it.clone().next();
+            return Some(match next {
+                Some(v) if !v.starts_with("--") => v.clone(),
+                _ => String::new(),
+            });
+        }
+        if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            return Some(v.to_owned());
+        }
+    }
+    None
+}
+
+fn env_value(rs: &RoleSpec, name: &str) -> Option<String> {
+    rs.template.env.iter().find(|e| e.name == name).map(|e| e.value.clone().unwrap_or_default())
+}
+
+fn env_truthy(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "y"))
+}
+
+fn shown(v: &Option<String>) -> String {
+    match v {
+        None => "unset".into(),
+        Some(s) if s.is_empty() => "set".into(),
+        Some(s) => format!("{s:?}"),
+    }
+}
+
+fn check_paired_settings(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let (p, d) = (&spec.prefill.template, &spec.decode.template);
+    for (flag, why) in PAIRED_FLAGS {
+        let (pv, dv) = (flag_value(&p.extra_args, flag), flag_value(&d.extra_args, flag));
+        if pv != dv {
+            out.push(Finding::error(
+                "paired-flag",
+                "spec.decode.template.extraArgs",
+                format!("`{flag}` differs between roles (prefill: {}, decode: {}); SGLang never compares it, but {why}", shown(&pv), shown(&dv)),
+                format!("give `{flag}` the same value in spec.prefill.template.extraArgs and spec.decode.template.extraArgs, or remove it from both"),
+            ));
+        }
+    }
+    for (name, why) in PAIRED_ENV {
+        let (pv, dv) = (env_value(&spec.prefill, name), env_value(&spec.decode, name));
+        if pv != dv {
+            out.push(Finding::error(
+                "paired-env",
+                "spec.decode.template.env",
+                format!("environment variable {name} differs between roles (prefill: {}, decode: {}); {why}", shown(&pv), shown(&dv)),
+                format!("set {name} identically in spec.prefill.template.env and spec.decode.template.env"),
+            ));
+        }
+    }
+}
+
+fn unknown_kind(spec: &PDDeploymentSpec, needed_for: &str) -> Finding {
+    Finding::error(
+        "attention-kind-unknown",
+        "spec.model.attention",
+        format!("the attention kind of {} is unknown, and {needed_for} depends on it", spec.model.path),
+        "set spec.model.attention (MLA, HybridMLA, GQA or MHA), spec.model.architecture, or spec.model.configMapRef",
+    )
+}
+
+/// The decode-side handshake checks (#1..#13) that the spec decides, in SGLang's order.
+fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
+    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
+    let pool = facts.pool();
+    let model = facts.describe(&spec.model.path);
+    let kv = &spec.kv_transfer;
+
+    // #1: one page size for both roles, always passed explicitly.
+    if kv.page_size.is_none() {
+        out.push(Finding::error(
+            "page-size-required",
+            "spec.kvTransfer.pageSize",
+            "page size is not set: each role would resolve its own (1 on CUDA, 128 for FA4 on SM100, 256 for DeepSeek-V4, ...) and SGLang's handshake fails with `Page size mismatch: prefill server has page_size=…, but decode server has page_size=…. Both servers must use the same --page-size value.`",
+            "set spec.kvTransfer.pageSize, e.g. 64; it is passed as --page-size to both roles",
+        ));
+    }
+    // #2: the compared dtype is the resolved string; DSA models resolve `auto` per GPU generation.
+    if kv.kv_cache_dtype == KvCacheDtype::Auto && facts.is_dsa() {
+        out.push(Finding::warning(
+            "dsa-dtype-auto",
+            "spec.kvTransfer.kvCacheDtype",
+            format!("{model} uses DeepSeek sparse attention, where kv-cache-dtype `auto` resolves to fp8_e4m3 on SM100+ GPUs and to bfloat16 below; a prefill and a decode on different GPU generations then fail with `KV cache dtype mismatch`"),
+            "set kvCacheDtype explicitly (fp8_e4m3 or bfloat16) when the roles may run on different GPU generations",
+        ));
+    }
+    // #3: MiniMax-M3 sparse pools need equal attention TP.
+    if facts.traits.minimax_sparse && p_attn_tp != d_attn_tp {
+        out.push(Finding::error(
+            "minimax-equal-attn-tp",
+            "spec.decode.parallelism.tp",
+            format!("MiniMax sparse PD requires matching attention TP sizes: prefill={p_attn_tp}, decode={d_attn_tp}."),
+            "give both roles the same attention TP (tp / attnDp / attnCp)",
+        ));
+    }
+    // #6: DeepSeek-V4.1 DSpark needs equal TP except the prefill-CP fan-in.
+    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
+        || [&spec.prefill, &spec.decode].iter().any(|r| flag_value(&r.template.extra_args, "--speculative-algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
+    if dspark && p_attn_tp != d_attn_tp {
+        let cp_fan_in = pp_.attn_cp > 1 && pool.is_some_and(KvPool::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
+        if !cp_fan_in {
+            out.push(Finding::error("dspark-equal-tp", "spec.decode.parallelism.tp", texts::DSPARK_TP, "give both roles the same attention TP"));
+        }
+    }
+    // #7: MXFP8 KV on a non-MLA pool needs equal attention TP.
+    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && p_attn_tp != d_attn_tp {
+        match pool {
+            None => out.push(unknown_kind(spec, "MXFP8 KV with different attention TP sizes")),
+            Some(KvPool::Mha) => {
+                let states = if facts.traits.hybrid_swa { "['block_scale', 'block_scale_swa']" } else { "['block_scale']" };
+                out.push(Finding::error(
+                    "mxfp8-equal-attn-tp",
+                    "spec.decode.parallelism.tp",
+                    format!("PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={p_attn_tp}, decode attn_tp_size={d_attn_tp}, state types {states}."),
+                    "give both roles the same attention TP, or use another kvCacheDtype",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    // #8..#10: decode context parallelism.
+    if dp_.dcp > 1 {
+        match pool {
+            None => out.push(unknown_kind(spec, "decode dcp > 1")),
+            Some(KvPool::Mha) => out.push(Finding::error(
+                "decode-dcp-needs-mla",
+                "spec.decode.parallelism.dcp",
+                format!("{} {model} has a non-MLA KV pool (attention kind from {})", texts::DCP_NEEDS_MLA, facts.source.as_ref().map(ToString::to_string).unwrap_or_default()),
+                "set spec.decode.parallelism.dcp: 1 (DCP only shards MLA latent caches), or serve an MLA / hybrid-MLA model such as DeepSeek-V3",
+            )),
+            Some(_) => {}
+        }
+        if pp_.attn_cp != 1 {
+            out.push(Finding::error(
+                "decode-dcp-prefill-cp",
+                "spec.prefill.parallelism.attnCp",
+                format!("PD decode DCP currently requires prefill attention CP=1, got {}.", pp_.attn_cp),
+                "set spec.prefill.parallelism.attnCp: 1, or decode dcp: 1",
+            ));
+        }
+        if spec.prefill.enable_kv_cache_sharding {
+            out.push(Finding::error("decode-dcp-prefill-sharding", "spec.prefill.enableKvCacheSharding", texts::DCP_NO_SHARDING, "turn off prefill enableKvCacheSharding, or set decode dcp: 1"));
+        }
+    }
+    // #11 and the non-MLA warning: the TP part of the rank mapping.
+    if spec.prefill.enable_kv_cache_sharding && pp_.attn_cp == 1 && p_attn_tp != d_attn_tp && pool != Some(KvPool::HybridMla) {
+        match pool {
+            None => out.push(unknown_kind(spec, "KV-cache sharding with different attention TP sizes")),
+            Some(KvPool::Mla) => out.push(Finding::error(
+                "mla-sharding-equal-tp",
+                "spec.decode.parallelism.tp",
+                format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={p_attn_tp} decode={d_attn_tp}"),
+                "give both roles the same attention TP, or turn off prefill enableKvCacheSharding",
+            )),
+            _ => {}
+        }
+    }
+    if p_attn_tp != d_attn_tp && pool == Some(KvPool::Mha) {
+        out.push(Finding::warning(
+            "non-mla-different-tp",
+            "spec.decode.parallelism.tp",
+            texts::PERF_WARNING,
+            format!("attention TP is {p_attn_tp} on prefill and {d_attn_tp} on decode; equal sizes avoid re-slicing KV heads in transfer"),
+        ));
+    }
+    // #12, #13: the CP and PP parts of the mapping.
+    if dp_.attn_cp != 1 {
+        out.push(Finding::error(
+            "decode-cp-one",
+            "spec.decode.parallelism.attnCp",
+            format!("Decode cp size ({}) should be equal to 1", dp_.attn_cp),
+            "set spec.decode.parallelism.attnCp: 1 (use dcp for decode context parallelism on MLA models)",
+        ));
+    }
+    if dp_.pp != pp_.pp && dp_.pp != 1 {
+        out.push(Finding::error(
+            "decode-pp",
+            "spec.decode.parallelism.pp",
+            format!("Decode pp size ({}) should be equal to prefill pp size ({}) or 1", dp_.pp, pp_.pp),
+            format!("set spec.decode.parallelism.pp to 1 or {}", pp_.pp),
+        ));
+    }
+}
+
+/// `prefill_complete` narrows what both roles may use (start-up and receiver-time checks).
+fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    if spec.kv_transfer.decode_allocation_policy != AllocationPolicy::PrefillComplete {
+        return;
+    }
+    for role in [Role::Prefill, Role::Decode] {
+        let p: &Parallelism = &role_spec(spec, role).parallelism;
+        let mut unsupported = Vec::new();
+        if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp) {
+            unsupported.push("transfer backends other than Mooncake");
+        }
+        if p.pp != 1 || p.attn_cp != 1 || p.dcp != 1 {
+            unsupported.push("pipeline or attention context parallelism");
+        }
+        if p.attn_tp() != 1 {
+            unsupported.push("attention tensor parallelism greater than one");
+        }
+        if !unsupported.is_empty() {
+            out.push(Finding::error(
+                "prefill-complete-startup",
+                role.field("parallelism"),
+                format!("--disaggregation-decode-allocation-policy prefill_complete does not yet support {}", unsupported.join(", ")),
+                "use decodeAllocationPolicy: early, or attention TP 1 (tp == attnDp), pp 1, attnCp 1, dcp 1 with mooncake",
+            ));
+        }
+    }
+    let p = &spec.prefill.parallelism;
+    if p.attn_tp() != 1 || p.attn_cp != 1 || p.pp != 1 {
+        out.push(Finding::error("prefill-complete-peer", "spec.prefill.parallelism", texts::PREFILL_COMPLETE_PEER, "give the prefill attention TP 1, attnCp 1 and pp 1, or use decodeAllocationPolicy: early"));
+    }
+}
+
+/// Rules SGLang does not enforce but whose violation breaks serving (spec §7a item 12).
+fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let (p, d) = (spec.prefill.parallelism.attn_tp(), spec.decode.parallelism.attn_tp());
+    if p > 0 && d > 0 && p.max(d) % p.min(d) != 0 {
+        out.push(Finding::error(
+            "attn-tp-divide",
+            "spec.decode.parallelism.tp",
+            format!("attention TP sizes {p} (prefill) and {d} (decode) do not divide each other: SGLang maps ranks by integer division, so some decode ranks look up prefill ranks that do not exist (every request fails at lookup) or some prefill ranks never send"),
+            "choose attention TP sizes where the larger is a multiple of the smaller, e.g. equal sizes",
+        ));
+    }
+    if spec.prefill.parallelism.dp > 1 {
+        out.push(Finding::error(
+            "prefill-replica-dp",
+            "spec.prefill.parallelism.dp",
+            format!("prefill dp {} runs replica data parallelism behind one bootstrap server; SGLang 0.5.23 routes rooms of replicas ≥ 1 by attention-DP rank and misroutes or fails them", spec.prefill.parallelism.dp),
+            "scale the prefill with spec.prefill.replicas, or use attnDp; keep dp: 1",
+        ));
+    }
+    for role in [Role::Prefill, Role::Decode] {
+        let staging = env_value(role_spec(spec, role), "SGLANG_DISAGG_STAGING_BUFFER");
+        if env_truthy(staging.as_deref()) {
+            if facts.pool() == Some(KvPool::Mla) {
+                out.push(Finding::error("staging-buffer-mla", role.field("template.env"), texts::STAGING_NOT_MLA, "remove SGLANG_DISAGG_STAGING_BUFFER from both roles"));
+            }
+            if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
+                out.push(Finding::error(
+                    "staging-buffer-backend",
+                    "spec.kvTransfer.backend",
+                    format!("SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.", spec.kv_transfer.backend),
+                    "use backend mooncake or nixl, or drop SGLANG_DISAGG_STAGING_BUFFER",
+                ));
+            }
+        }
+    }
+    if spec.router.enabled && (spec.prefill.replicas == 0 || spec.decode.replicas == 0) {
+        out.push(Finding::warning("router-without-pool", "spec.router.enabled", "the router is enabled while one role has 0 replicas; every request will fail", "scale both roles to at least 1, or disable the router"));
+    }
+}
+
+fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let valid_label = !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !valid_label {
+        out.push(Finding::error(
+            "name-dns-label",
+            "metadata.name",
+            format!("name {name:?} is not a DNS-1035 label; it names the Services and pod host names"),
+            "use lower-case letters, digits and '-', starting with a letter and ending with a letter or digit",
+        ));
+        return;
+    }
+    for role in [Role::Prefill, Role::Decode] {
+        let rs = role_spec(spec, role);
+        let nodes = crate::render::nodes_per_instance(rs);
+        let last_instance = rs.replicas.max(1) - 1;
+        let host = format!("{name}-{}-{last_instance}-{}", role.as_str(), nodes.saturating_sub(1));
+        if host.len() > DNS_LABEL_MAX {
+            out.push(Finding::error(
+                "name-too-long",
+                "metadata.name",
+                format!("pod host name {host:?} is {} characters; a DNS label allows {DNS_LABEL_MAX}", host.len()),
+                format!("shorten the name to at most {} characters", name.len() - (host.len() - DNS_LABEL_MAX)),
+            ));
+            return;
+        }
+    }
+}
+
+fn next_multiple(value: u32, of: u32) -> u32 {
+    value.div_ceil(of).max(1) * of
+}
+
+fn largest_divisor_at_most(n: u32, limit: u32) -> u32 {
+    (1..=limit.min(n)).rev().find(|d| n % d == 0).unwrap_or(1)
+}
+
+/// True when no finding is an error.
+pub fn is_valid(findings: &[Finding]) -> bool {
+    findings.iter().all(|f| f.severity != Severity::Error)
+}

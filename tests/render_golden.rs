@@ -1,0 +1,101 @@
+//! Golden files for the engine argv `render` produces; `BLESS=1 cargo test` rewrites them.
+
+use std::path::{Path, PathBuf};
+
+use pd_operator::api::PDDeployment;
+use pd_operator::manifest;
+use pd_operator::model;
+use pd_operator::render::{self, RenderOptions, Rendered};
+
+fn rendered(example: &str) -> Rendered {
+    let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
+    let pdd: &PDDeployment = &loaded.deployments[0].object;
+    let facts = model::resolve(&pdd.spec.model, None);
+    render::render(pdd, &facts, &RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ml".into() }).unwrap()
+}
+
+fn argv_of(r: &Rendered, pod: &str) -> String {
+    let pod = r.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap_or_else(|| panic!("no pod {pod}"));
+    let c = &pod.spec.as_ref().unwrap().containers[0];
+    c.command.iter().flatten().chain(c.args.iter().flatten()).cloned().collect::<Vec<_>>().join("\n") + "\n"
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new("tests/golden").join(name);
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{} missing; run with BLESS=1", path.display()));
+    assert_eq!(actual, expected, "{} differs from the rendered argv", path.display());
+}
+
+#[test]
+fn prefill_leader_and_worker_argv() {
+    let r = rendered("multi-node-prefill.yaml");
+    golden("r1-prefill-leader.argv", &argv_of(&r, "r1-prefill-0-0"));
+    golden("r1-prefill-worker.argv", &argv_of(&r, "r1-prefill-0-1"));
+}
+
+#[test]
+fn decode_argv() {
+    golden("dsv3-decode.argv", &argv_of(&rendered("deepseek-v3-dcp.yaml"), "dsv3-decode-1-0"));
+}
+
+#[test]
+fn router_argv() {
+    let r = rendered("deepseek-v3-dcp.yaml");
+    let c = &r.deployments[0].spec.template.spec.as_ref().unwrap().containers[0];
+    let argv = c.command.iter().flatten().chain(c.args.iter().flatten()).cloned().collect::<Vec<_>>().join("\n") + "\n";
+    golden("dsv3-router.argv", &argv);
+}
+
+#[test]
+fn object_inventory_matches_the_layout() {
+    let r = rendered("multi-node-prefill.yaml");
+    let names: Vec<_> = r.pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert_eq!(names, ["r1-prefill-0-0", "r1-prefill-0-1", "r1-decode-0-0"]);
+    let svcs: Vec<_> = r.services.iter().filter_map(|s| s.metadata.name.clone()).collect();
+    assert_eq!(svcs, ["r1-prefill", "r1-decode", "r1-router"]);
+    for p in &r.pods {
+        let l = p.metadata.labels.as_ref().unwrap();
+        assert_eq!(l["app.kubernetes.io/managed-by"], "pd-operator");
+        assert_eq!(l["pd.inference.dev/deployment"], "r1");
+        assert!(l.contains_key("pd.inference.dev/instance") && l.contains_key("pd.inference.dev/node-rank"));
+        let spec = p.spec.as_ref().unwrap();
+        let gpus = &spec.containers[0].resources.as_ref().unwrap().limits.as_ref().unwrap()["nvidia.com/gpu"];
+        assert_eq!(gpus.0, "8");
+        assert_eq!(spec.subdomain.as_deref(), Some(if l["pd.inference.dev/role"] == "prefill" { "r1-prefill" } else { "r1-decode" }));
+    }
+    // Decode pods carry the handshake sidecar as a native sidecar and its readiness gate.
+    let decode = r.pods.iter().find(|p| p.metadata.name.as_deref() == Some("r1-decode-0-0")).unwrap().spec.clone().unwrap();
+    let sidecar = &decode.init_containers.unwrap()[0];
+    assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(decode.readiness_gates.unwrap()[0].condition_type, "pd.inference.dev/handshake");
+    let cm = &r.config_maps[0];
+    assert_eq!(cm.data.as_ref().unwrap()["prefill-addresses"], "r1-prefill-0-0.r1-prefill.ml.svc:8998\n");
+}
+
+#[test]
+fn sim_engine_runs_the_same_flags_under_another_program() {
+    let r = rendered("sim-demo.yaml");
+    let c = &r.pods[0].spec.as_ref().unwrap().containers[0];
+    assert_eq!(c.command.as_deref().unwrap(), ["pd-operator", "sim", "engine"]);
+    assert_eq!(c.image.as_deref(), Some("pd-operator:test"));
+    assert!(c.args.as_ref().unwrap().windows(2).any(|w| w == ["--disaggregation-mode", "prefill"]));
+}
+
+#[test]
+fn a_spec_change_changes_only_that_roles_revision() {
+    let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
+    let mut spec = loaded.deployments[0].object.spec.clone();
+    let opts = RenderOptions::default();
+    let before = (render::role_revision(&spec, pd_operator::validate::Role::Prefill, &opts), render::role_revision(&spec, pd_operator::validate::Role::Decode, &opts));
+    spec.decode.replicas = 7;
+    spec.prefill.replicas = 3;
+    let scaled = (render::role_revision(&spec, pd_operator::validate::Role::Prefill, &opts), render::role_revision(&spec, pd_operator::validate::Role::Decode, &opts));
+    assert_eq!(before, scaled, "scaling must not roll pods");
+    spec.decode.template.extra_args = vec!["--mem-fraction-static".into(), "0.8".into()];
+    let changed = (render::role_revision(&spec, pd_operator::validate::Role::Prefill, &opts), render::role_revision(&spec, pd_operator::validate::Role::Decode, &opts));
+    assert_eq!(changed.0, before.0);
+    assert_ne!(changed.1, before.1);
+}

@@ -1,0 +1,354 @@
+//! Table-driven: for every rule, one spec it accepts and one it rejects, checking the message.
+
+use pd_operator::api::{AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeploymentSpec, TransferBackend};
+use pd_operator::model::HfConfig;
+use pd_operator::validate::{Finding, Severity, validate};
+use k8s_openapi::api::core::v1::EnvVar;
+
+fn base(model: &str) -> PDDeploymentSpec {
+    serde_json::from_value(serde_json::json!({
+        "model": {"path": model},
+        "kvTransfer": {"pageSize": 64},
+        "prefill": {"parallelism": {"tp": 8}},
+        "decode": {"parallelism": {"tp": 8}},
+    }))
+    .unwrap()
+}
+
+fn mla() -> PDDeploymentSpec {
+    base("deepseek-ai/DeepSeek-V3")
+}
+fn gqa() -> PDDeploymentSpec {
+    base("Qwen/Qwen2.5-72B-Instruct")
+}
+
+fn run(spec: &PDDeploymentSpec) -> Vec<Finding> {
+    validate("pd", spec, None)
+}
+
+fn has(findings: &[Finding], rule: &str, severity: Severity, field: &str, text: &str) -> bool {
+    findings.iter().any(|f| f.rule == rule && f.severity == severity && f.field == field && f.message.contains(text))
+}
+
+/// Asserts that `good` has no finding of `rule` and `bad` has it as an error with `text`.
+fn case(rule: &str, good: PDDeploymentSpec, bad: PDDeploymentSpec, field: &str, text: &str) {
+    let g = run(&good);
+    assert!(!g.iter().any(|f| f.rule == rule), "{rule}: accepted spec got {g:#?}");
+    let b = run(&bad);
+    assert!(has(&b, rule, Severity::Error, field, text), "{rule}: expected {field}: {text:?}, got {b:#?}");
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
+}
+
+#[test]
+fn decode_dcp_needs_mla_with_sglang_text() {
+    let mut good = mla();
+    good.decode.parallelism.dcp = 2;
+    let mut bad = gqa();
+    bad.decode.parallelism.dcp = 2;
+    case("decode-dcp-needs-mla", good, bad.clone(), "spec.decode.parallelism.dcp", "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
+    let f = run(&bad);
+    let msg = &f.iter().find(|f| f.rule == "decode-dcp-needs-mla").unwrap();
+    assert!(msg.message.contains("Qwen/Qwen2.5-72B-Instruct") && msg.message.contains("GQA"), "{msg:?}");
+    assert!(msg.fix.contains("dcp: 1"));
+}
+
+#[test]
+fn decode_dcp_with_unknown_model_asks_for_attention() {
+    let mut bad = base("my-org/private-model");
+    bad.decode.parallelism.dcp = 2;
+    let mut good = bad.clone();
+    good.model.attention = Some(AttentionKind::Mla);
+    case("attention-kind-unknown", good, bad, "spec.model.attention", "attention kind of my-org/private-model is unknown");
+}
+
+#[test]
+fn decode_dcp_needs_prefill_cp_one() {
+    let mut good = mla();
+    good.decode.parallelism.dcp = 2;
+    let mut bad = good.clone();
+    bad.prefill.parallelism.attn_cp = 2;
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    case("decode-dcp-prefill-cp", good, bad, "spec.prefill.parallelism.attnCp", "PD decode DCP currently requires prefill attention CP=1, got 2.");
+}
+
+#[test]
+fn decode_dcp_refuses_prefill_sharding() {
+    let mut good = mla();
+    good.decode.parallelism.dcp = 2;
+    let mut bad = good.clone();
+    bad.prefill.enable_kv_cache_sharding = true;
+    case("decode-dcp-prefill-sharding", good, bad, "spec.prefill.enableKvCacheSharding", "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.");
+}
+
+#[test]
+fn decode_attention_cp_must_be_one() {
+    let mut bad = mla();
+    bad.decode.parallelism.attn_cp = 2;
+    case("decode-cp-one", mla(), bad, "spec.decode.parallelism.attnCp", "Decode cp size (2) should be equal to 1");
+}
+
+#[test]
+fn decode_pp_one_or_prefill_pp() {
+    let mut good = mla();
+    good.prefill.parallelism.pp = 2;
+    good.decode.parallelism.pp = 2;
+    let mut bad = good.clone();
+    bad.decode.parallelism.pp = 4;
+    bad.decode.gpus_per_node = 32;
+    case("decode-pp", good, bad, "spec.decode.parallelism.pp", "Decode pp size (4) should be equal to prefill pp size (2) or 1");
+}
+
+#[test]
+fn attention_tp_sizes_must_divide() {
+    let mut good = mla();
+    good.decode.parallelism.tp = 4;
+    let mut bad = mla();
+    bad.decode.parallelism.tp = 6;
+    case("attn-tp-divide", good, bad, "spec.decode.parallelism.tp", "attention TP sizes 8 (prefill) and 6 (decode) do not divide each other");
+}
+
+#[test]
+fn tp_divisible_by_attention_groups() {
+    let mut good = mla();
+    good.decode.parallelism.attn_dp = 4;
+    let mut bad = mla();
+    bad.decode.parallelism.attn_dp = 3;
+    case("tp-divisible-by-attn-groups", good, bad, "spec.decode.parallelism.tp", "tp_size must be divisible by attn_dp_size * attn_cp_size");
+}
+
+#[test]
+fn tp_divisible_by_dcp_with_sglang_text() {
+    let mut good = mla();
+    good.decode.parallelism.dcp = 4;
+    let mut bad = mla();
+    bad.decode.parallelism.dcp = 3;
+    case("tp-divisible-by-dcp", good, bad, "spec.decode.parallelism.dcp", "tensor_model_parallel_size (8) must be divisible by decode_context_parallel_size (3)");
+}
+
+#[test]
+fn gpu_arithmetic() {
+    let mut good = mla();
+    good.prefill.parallelism.tp = 16;
+    let mut bad = mla();
+    bad.prefill.parallelism.tp = 12;
+    bad.decode.parallelism.tp = 12;
+    case("gpus-fill-nodes", good, bad, "spec.prefill.gpusPerNode", "tp×pp×dp = 12 GPUs, which does not split evenly over nodes of 8 GPUs");
+}
+
+#[test]
+fn dp_with_attention_dp_is_refused() {
+    let mut good = mla();
+    good.decode.parallelism.attn_dp = 2;
+    let mut bad = good.clone();
+    bad.decode.parallelism.dp = 2;
+    bad.decode.gpus_per_node = 16;
+    case("dp-with-attn-dp", good, bad, "spec.decode.parallelism.dp", "--dp-size 2 with --attn-dp-size 2: data-parallel replicas combined with attention data parallelism are not supported.");
+}
+
+#[test]
+fn prefill_replica_dp_is_refused() {
+    let mut bad = mla();
+    bad.prefill.parallelism.dp = 2;
+    bad.prefill.gpus_per_node = 16;
+    case("prefill-replica-dp", mla(), bad, "spec.prefill.parallelism.dp", "prefill dp 2");
+}
+
+#[test]
+fn mxfp8_on_non_mla_needs_equal_attention_tp() {
+    let mut good = gqa();
+    good.kv_transfer.kv_cache_dtype = KvCacheDtype::Mxfp8;
+    let mut bad = good.clone();
+    bad.decode.parallelism.tp = 4;
+    case("mxfp8-equal-attn-tp", good, bad, "spec.decode.parallelism.tp", "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size=8, decode attn_tp_size=4, state types ['block_scale'].");
+}
+
+#[test]
+fn minimax_sparse_needs_equal_attention_tp() {
+    let mut good = base("x");
+    good.model.architecture = Some("MiniMaxM3SparseForCausalLM".into());
+    let mut bad = good.clone();
+    bad.decode.parallelism.tp = 4;
+    case("minimax-equal-attn-tp", good, bad, "spec.decode.parallelism.tp", "MiniMax sparse PD requires matching attention TP sizes: prefill=8, decode=4.");
+}
+
+#[test]
+fn dspark_needs_equal_tp_unless_cp_fan_in() {
+    let mut good = base("x");
+    good.model.architecture = Some("DeepseekV4ForCausalLMDSpark".into());
+    good.prefill.parallelism.tp = 4;
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    good.decode.parallelism.tp = 4;
+    let mut bad = good.clone();
+    bad.prefill.parallelism.attn_cp = 1;
+    bad.prefill.parallelism.cp_strategy = None;
+    bad.decode.parallelism.tp = 8;
+    case("dspark-equal-tp", good, bad, "spec.decode.parallelism.tp", "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers");
+}
+
+#[test]
+fn mla_sharding_needs_equal_attention_tp() {
+    let mut good = mla();
+    good.prefill.enable_kv_cache_sharding = true;
+    let mut bad = good.clone();
+    bad.decode.parallelism.tp = 4;
+    case("mla-sharding-equal-tp", good, bad, "spec.decode.parallelism.tp", "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=8 decode=4");
+}
+
+#[test]
+fn sharding_is_prefill_only() {
+    let mut good = mla();
+    good.prefill.enable_kv_cache_sharding = true;
+    let mut bad = mla();
+    bad.decode.enable_kv_cache_sharding = true;
+    case("sharding-prefill-only", good, bad, "spec.decode.enableKvCacheSharding", "--enable-kv-cache-sharding is only supported on PD prefill workers");
+}
+
+#[test]
+fn prefill_cp_needs_a_strategy_and_excludes_dcp() {
+    let mut good = mla();
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    let mut bad = good.clone();
+    bad.prefill.parallelism.cp_strategy = None;
+    case("cp-strategy-required", good.clone(), bad, "spec.prefill.parallelism.cpStrategy", "--cp-strategy must be set when --enable-prefill-cp is enabled.");
+    let mut bad = good;
+    bad.prefill.parallelism.dcp = 2;
+    case("dcp-with-prefill-cp", mla(), bad, "spec.prefill.parallelism.dcp", "--dcp-size > 1 does not support --enable-prefill-cp.");
+}
+
+#[test]
+fn fake_backend_is_refused_on_prefill() {
+    let mut bad = mla();
+    bad.kv_transfer.backend = TransferBackend::Fake;
+    case("prefill-no-fake-backend", mla(), bad, "spec.kvTransfer.backend", "Prefill server does not support 'fake' as the transfer backend");
+}
+
+#[test]
+fn page_size_is_required() {
+    let mut bad = mla();
+    bad.kv_transfer.page_size = None;
+    case("page-size-required", mla(), bad, "spec.kvTransfer.pageSize", "Page size mismatch");
+}
+
+#[test]
+fn prefill_complete_needs_attention_tp_one() {
+    let mut good = mla();
+    good.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
+    good.prefill.parallelism.attn_dp = 8;
+    good.decode.parallelism.attn_dp = 8;
+    let mut bad = mla();
+    bad.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
+    case("prefill-complete-peer", good, bad, "spec.prefill.parallelism", "prefill_complete requires peer attention TP1/CP1/PP1");
+}
+
+#[test]
+fn extra_args_may_not_override_managed_flags() {
+    let mut good = mla();
+    good.decode.template.extra_args = vec!["--mem-fraction-static".into(), "0.85".into()];
+    let mut bad = mla();
+    bad.decode.template.extra_args = vec!["--page-size=32".into()];
+    case("extra-args-managed-flag", good, bad, "spec.decode.template.extraArgs[0]", "`--page-size` is managed by pd-operator");
+}
+
+#[test]
+fn paired_settings_must_match() {
+    let mut good = mla();
+    good.prefill.template.extra_args = vec!["--disaggregation-enable-kv-checksum".into()];
+    good.decode.template.extra_args = vec!["--disaggregation-enable-kv-checksum".into()];
+    let mut bad = mla();
+    bad.prefill.template.extra_args = vec!["--disaggregation-enable-kv-checksum".into()];
+    case("paired-flag", good, bad, "spec.decode.template.extraArgs", "`--disaggregation-enable-kv-checksum` differs between roles (prefill: set, decode: unset)");
+    let mut good = gqa();
+    good.prefill.template.env = vec![env("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "1")];
+    good.decode.template.env = good.prefill.template.env.clone();
+    let mut bad = gqa();
+    bad.decode.template.env = vec![env("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "1")];
+    case("paired-env", good, bad, "spec.decode.template.env", "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK differs between roles");
+}
+
+#[test]
+fn staging_buffer_is_refused_with_mla() {
+    let mut good = gqa();
+    good.prefill.template.env = vec![env("SGLANG_DISAGG_STAGING_BUFFER", "true")];
+    good.decode.template.env = good.prefill.template.env.clone();
+    let mut bad = mla();
+    bad.prefill.template.env = good.prefill.template.env.clone();
+    bad.decode.template.env = good.prefill.template.env.clone();
+    case("staging-buffer-mla", good, bad, "spec.prefill.template.env", "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.");
+}
+
+#[test]
+fn managed_env_is_refused() {
+    let mut bad = mla();
+    bad.prefill.template.env = vec![env("SGLANG_HOST_IP", "1.2.3.4")];
+    case("env-managed", mla(), bad, "spec.prefill.template.env[0]", "`SGLANG_HOST_IP` is set by pd-operator");
+}
+
+#[test]
+fn names_must_fit_dns_labels() {
+    let spec = mla();
+    assert!(!validate("dsv3", &spec, None).iter().any(|f| f.rule.starts_with("name-")));
+    let long = "a".repeat(55);
+    let f = validate(&long, &spec, None);
+    assert!(has(&f, "name-too-long", Severity::Error, "metadata.name", "is 67 characters; a DNS label allows 63"), "{f:#?}");
+    let f = validate("my.deployment", &spec, None);
+    assert!(has(&f, "name-dns-label", Severity::Error, "metadata.name", "not a DNS-1035 label"), "{f:#?}");
+}
+
+#[test]
+fn zero_sizes_are_reported_not_divided_by() {
+    let mut bad = mla();
+    bad.decode.parallelism.tp = 0;
+    bad.prefill.gpus_per_node = 0;
+    let f = run(&bad);
+    assert!(has(&f, "size-positive", Severity::Error, "spec.decode.parallelism.tp", "tp must be at least 1"), "{f:#?}");
+    assert!(has(&f, "size-positive", Severity::Error, "spec.prefill.gpusPerNode", "gpusPerNode must be at least 1"));
+}
+
+#[test]
+fn different_tp_on_non_mla_is_only_a_warning() {
+    let mut spec = gqa();
+    spec.decode.parallelism.tp = 4;
+    let f = run(&spec);
+    assert!(has(&f, "non-mla-different-tp", Severity::Warning, "spec.decode.parallelism.tp", "Performance is NOT guaranteed when using different TP sizes for non-MLA models. "));
+    assert!(f.iter().all(|f| f.severity == Severity::Warning), "{f:#?}");
+    let mut spec = mla();
+    spec.decode.parallelism.tp = 4;
+    assert!(run(&spec).is_empty());
+}
+
+#[test]
+fn every_violation_is_reported_not_only_the_first() {
+    let mut bad = gqa();
+    bad.decode.parallelism.dcp = 2;
+    bad.decode.parallelism.attn_cp = 2;
+    bad.kv_transfer.page_size = None;
+    let rules: Vec<&str> = run(&bad).iter().map(|f| f.rule).collect();
+    for r in ["decode-dcp-needs-mla", "decode-cp-one", "page-size-required", "dcp-with-prefill-cp"] {
+        assert!(rules.contains(&r), "{r} missing from {rules:?}");
+    }
+}
+
+#[test]
+fn config_json_turns_an_unknown_model_valid_or_invalid() {
+    let mut spec = base("/models/custom");
+    spec.decode.parallelism.dcp = 2;
+    let dsv3 = HfConfig::parse(r#"{"architectures":["DeepseekV3ForCausalLM"],"kv_lora_rank":512}"#).unwrap();
+    assert!(validate("pd", &spec, Some(&dsv3)).is_empty());
+    let llama = HfConfig::parse(r#"{"architectures":["LlamaForCausalLM"],"num_attention_heads":64,"num_key_value_heads":8}"#).unwrap();
+    let f = validate("pd", &spec, Some(&llama));
+    assert!(has(&f, "decode-dcp-needs-mla", Severity::Error, "spec.decode.parallelism.dcp", "LlamaForCausalLM, GQA"), "{f:#?}");
+}
+
+#[test]
+fn dsa_models_warn_about_auto_dtype() {
+    let spec = base("deepseek-ai/DeepSeek-V3.2-Exp");
+    assert!(has(&run(&spec), "dsa-dtype-auto", Severity::Warning, "spec.kvTransfer.kvCacheDtype", "fp8_e4m3 on SM100+"));
+    let mut spec = spec;
+    spec.kv_transfer.kv_cache_dtype = KvCacheDtype::Fp8E4m3;
+    assert!(run(&spec).is_empty());
+}
