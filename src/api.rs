@@ -5,9 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -27,6 +25,8 @@ pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
 
 /// A prefill/decode disaggregated SGLang deployment: prefill and decode engine pools that share
 /// one model and one KV-transfer configuration, plus the PD router in front of them.
+// kube-derive repeats `type_` across printcolumn entries, which clippy misreads as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "pd.inference.dev",
@@ -360,7 +360,7 @@ impl Parallelism {
     /// Attention-TP width, as SGLang derives it (`tp / attn_dp / attn_cp`); 0 when undefined.
     pub fn attn_tp(&self) -> u32 {
         let groups = self.attn_dp.saturating_mul(self.attn_cp);
-        if groups == 0 { 0 } else { self.tp / groups }
+        self.tp.checked_div(groups).unwrap_or(0)
     }
     /// GPUs one instance uses.
     pub fn gpus(&self) -> u64 {

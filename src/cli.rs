@@ -130,7 +130,8 @@ fn read_model_config(path: &Option<PathBuf>) -> Result<Option<HfConfig>, String>
 fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfig, String>> {
     let r = d.spec.model.config_map_ref.as_ref()?;
     let ns = d.metadata.namespace.as_deref();
-    let cm = loaded.config_maps.iter().find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && c.metadata.namespace.as_deref() == ns)?;
+    let cm =
+        loaded.config_maps.iter().find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && c.metadata.namespace.as_deref() == ns)?;
     let text = cm.data.as_ref().and_then(|d| d.get(&r.key));
     Some(match text {
         Some(t) => HfConfig::parse(t).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key)),
@@ -179,7 +180,10 @@ fn check_one(d: &LoadedDeployment, loaded: &Loaded, global_config: Option<&HfCon
 fn load(files: &[PathBuf], model_config: &Option<PathBuf>) -> Result<(Loaded, Option<HfConfig>), ExitCode> {
     let loaded = manifest::load_files(files).map_err(input_error)?;
     if loaded.deployments.is_empty() {
-        return Err(input_error(format!("no PDDeployment (pd.inference.dev/v1alpha1) found in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "))));
+        return Err(input_error(format!(
+            "no PDDeployment (pd.inference.dev/v1alpha1) found in {}",
+            files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+        )));
     }
     let config = read_model_config(model_config).map_err(input_error)?;
     Ok((loaded, config))
@@ -233,7 +237,13 @@ fn run_render(args: RenderArgs) -> ExitCode {
         let name = d.object.metadata.name.clone().unwrap_or_default();
         let (findings, facts) = check_one(d, &loaded, config.as_ref());
         for f in &findings {
-            eprintln!("{}{name}: {}: {} (fix: {})", if f.severity == Severity::Warning { "warning: " } else { "error: " }, f.field, f.message, f.fix);
+            eprintln!(
+                "{}{name}: {}: {} (fix: {})",
+                if f.severity == Severity::Warning { "warning: " } else { "error: " },
+                f.field,
+                f.message,
+                f.fix
+            );
         }
         if !validate::is_valid(&findings) {
             eprintln!("{name}: not rendered: the controller creates nothing for an invalid PDDeployment");
@@ -271,7 +281,9 @@ fn run_check(args: CheckArgs) -> ExitCode {
                     Err(e) => serde_json::json!({"ok": false, "kind": "InputError", "error": format!("invalid JSON line: {e}")}),
                     Ok(v) => match (v.get("decode"), v.get("prefill_info")) {
                         (Some(d), Some(p)) if v.as_object().is_some_and(|o| o.len() == 2) => check_json(d, p).0,
-                        _ => serde_json::json!({"ok": false, "kind": "InputError", "error": "each line must be an object with exactly the keys \"decode\" and \"prefill_info\""}),
+                        _ => {
+                            serde_json::json!({"ok": false, "kind": "InputError", "error": "each line must be an object with exactly the keys \"decode\" and \"prefill_info\""})
+                        }
                     },
                 },
             };

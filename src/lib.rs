@@ -1,8 +1,8 @@
 pub mod api;
+pub mod cli;
+pub mod handshake;
+pub mod manifest;
 pub mod model;
 pub mod render;
-pub mod validate;
-pub mod manifest;
-pub mod handshake;
-pub mod cli;
 pub mod telemetry;
+pub mod validate;

@@ -57,8 +57,8 @@ pub fn load_str(path: &Path, text: &str, into: &mut Loaded) -> Result<(), LoadEr
                 let api_version = o.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
                 match (api_version, kind) {
                     ("pd.inference.dev/v1alpha1", "PDDeployment") => {
-                        let object: PDDeployment = serde_path_to_error::deserialize(&value)
-                            .map_err(|e| err(format!("field `{}`: {}", e.path(), e.inner())))?;
+                        let object: PDDeployment =
+                            serde_path_to_error::deserialize(&value).map_err(|e| err(format!("field `{}`: {}", e.path(), e.inner())))?;
                         let round_trip = serde_json::to_value(&object).map_err(|e| err(e.to_string()))?;
                         let mut unknown_fields = Vec::new();
                         unknown_keys(&value, &round_trip, "", &mut unknown_fields);

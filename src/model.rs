@@ -53,7 +53,8 @@ struct Arch {
     traits: ArchTraits,
 }
 
-const PLAIN: ArchTraits = ArchTraits { deepseek_v4: false, dsa_capable: false, minimax_sparse: false, hybrid_swa: false, dsa_by_default: false };
+const PLAIN: ArchTraits =
+    ArchTraits { deepseek_v4: false, dsa_capable: false, minimax_sparse: false, hybrid_swa: false, dsa_by_default: false };
 const DSA: ArchTraits = ArchTraits { dsa_capable: true, ..PLAIN };
 const DSA_ON: ArchTraits = ArchTraits { dsa_capable: true, dsa_by_default: true, ..PLAIN };
 const V4: ArchTraits = ArchTraits { deepseek_v4: true, ..PLAIN };
@@ -209,10 +210,7 @@ pub fn architecture_for_path(path: &str) -> Option<&'static str> {
         return Some(arch);
     }
     let base = path.rsplit('/').next().unwrap_or(path);
-    KNOWN_MODELS
-        .iter()
-        .find(|(id, _)| id.rsplit('/').next().is_some_and(|b| b.eq_ignore_ascii_case(base)))
-        .map(|(_, arch)| *arch)
+    KNOWN_MODELS.iter().find(|(id, _)| id.rsplit('/').next().is_some_and(|b| b.eq_ignore_ascii_case(base))).map(|(_, arch)| *arch)
 }
 
 /// Where a resolved attention kind came from; shown in messages so users know what to change.
@@ -461,16 +459,39 @@ mod tests {
     #[test]
     fn every_mla_architecture_of_the_spec_is_mla_or_hybrid() {
         for a in [
-            "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLMNextN",
-            "Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN",
-            "Glm5NextForConditionalGeneration", "Glm5NextForConditionalGenerationNextN", "LongcatFlashForCausalLM",
-            "LongcatFlashForCausalLMNextN", "HYV4ForCausalLM", "HYV4ForCausalLMNextN", "DotsVLMForCausalLM",
-            "MistralLarge3ForCausalLM", "MistralLarge3ForCausalLMEagle", "KimiK25ForConditionalGeneration",
-            "Eagle3DeepseekV2ForCausalLM", "GigaChat35ForCausalLM", "GigaChat35ForCausalLMNextN", "MiniCPM3ForCausalLM",
-            "KimiVLForConditionalGeneration", "KimiLinearForCausalLM", "KimiK3LinearForCausalLM",
-            "KimiK3ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
-            "BailingMoeV3VLForConditionalGeneration", "SarvamMLAForCausalLM", "DeepseekV4ForCausalLM",
-            "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark",
+            "DeepseekV2ForCausalLM",
+            "DeepseekV32ForCausalLM",
+            "DeepseekV3ForCausalLM",
+            "DeepseekV3ForCausalLMNextN",
+            "Glm4MoeLiteForCausalLM",
+            "Glm4MoeLiteForCausalLMNextN",
+            "GlmMoeDsaForCausalLM",
+            "GlmMoeDsaForCausalLMNextN",
+            "Glm5NextForConditionalGeneration",
+            "Glm5NextForConditionalGenerationNextN",
+            "LongcatFlashForCausalLM",
+            "LongcatFlashForCausalLMNextN",
+            "HYV4ForCausalLM",
+            "HYV4ForCausalLMNextN",
+            "DotsVLMForCausalLM",
+            "MistralLarge3ForCausalLM",
+            "MistralLarge3ForCausalLMEagle",
+            "KimiK25ForConditionalGeneration",
+            "Eagle3DeepseekV2ForCausalLM",
+            "GigaChat35ForCausalLM",
+            "GigaChat35ForCausalLMNextN",
+            "MiniCPM3ForCausalLM",
+            "KimiVLForConditionalGeneration",
+            "KimiLinearForCausalLM",
+            "KimiK3LinearForCausalLM",
+            "KimiK3ForConditionalGeneration",
+            "BailingMoeV2_5ForCausalLM",
+            "BailingMoeV3ForCausalLM",
+            "BailingMoeV3VLForConditionalGeneration",
+            "SarvamMLAForCausalLM",
+            "DeepseekV4ForCausalLM",
+            "DeepseekV4ForCausalLMNextN",
+            "DeepseekV4ForCausalLMDSpark",
         ] {
             let m = ModelSpec { path: "x".into(), architecture: Some(a.into()), ..Default::default() };
             assert!(resolve(&m, None).pool().is_some_and(KvPool::is_mla_or_hybrid), "{a}");

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -295,7 +295,13 @@ fn owner_refs(pdd: &PDDeployment) -> Option<Vec<OwnerReference>> {
 }
 
 fn meta(name: String, ns: &str, labels: BTreeMap<String, String>, owners: &Option<Vec<OwnerReference>>) -> ObjectMeta {
-    ObjectMeta { name: Some(name), namespace: Some(ns.to_owned()), labels: Some(labels), owner_references: owners.clone(), ..Default::default() }
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(ns.to_owned()),
+        labels: Some(labels),
+        owner_references: owners.clone(),
+        ..Default::default()
+    }
 }
 
 fn env_value(name: &str, value: &str) -> EnvVar {
@@ -305,7 +311,10 @@ fn env_value(name: &str, value: &str) -> EnvVar {
 fn env_field(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
-        value_from: Some(EnvVarSource { field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }), ..Default::default() }),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -343,18 +352,28 @@ fn handshake_sidecar(opts: &RenderOptions) -> Container {
         image: Some(opts.operator_image.clone()),
         command: Some(vec!["pd-operator".into()]),
         args: Some(vec![
-            "handshake".into(), "run".into(),
-            "--decode".into(), format!("{HANDSHAKE_MOUNT}/decode.json"),
-            "--prefill-file".into(), format!("{HANDSHAKE_MOUNT}/prefill-addresses"),
-            "--pod".into(), "$(POD_NAMESPACE)/$(POD_NAME)".into(),
-            "--listen".into(), format!("0.0.0.0:{HANDSHAKE_PORT}"),
+            "handshake".into(),
+            "run".into(),
+            "--decode".into(),
+            format!("{HANDSHAKE_MOUNT}/decode.json"),
+            "--prefill-file".into(),
+            format!("{HANDSHAKE_MOUNT}/prefill-addresses"),
+            "--pod".into(),
+            "$(POD_NAMESPACE)/$(POD_NAME)".into(),
+            "--listen".into(),
+            format!("0.0.0.0:{HANDSHAKE_PORT}"),
         ]),
         env: Some(vec![env_field("POD_NAME", "metadata.name"), env_field("POD_NAMESPACE", "metadata.namespace")]),
         ports: Some(vec![port("handshake", HANDSHAKE_PORT)]),
         // A native sidecar: started before the engine and kept running beside it.
         restart_policy: Some("Always".into()),
         startup_probe: Some(http_probe("/livez", "handshake", 2, 30)),
-        volume_mounts: Some(vec![VolumeMount { name: "handshake".into(), mount_path: HANDSHAKE_MOUNT.into(), read_only: Some(true), ..Default::default() }]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "handshake".into(),
+            mount_path: HANDSHAKE_MOUNT.into(),
+            read_only: Some(true),
+            ..Default::default()
+        }]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([("cpu".into(), Quantity("10m".into())), ("memory".into(), Quantity("16Mi".into()))])),
             limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
@@ -366,7 +385,17 @@ fn handshake_sidecar(opts: &RenderOptions) -> Container {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn engine_pod(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32, revision: &str, owners: &Option<Vec<OwnerReference>>, opts: &RenderOptions) -> Pod {
+fn engine_pod(
+    pdd_spec: &PDDeploymentSpec,
+    role: Role,
+    name: &str,
+    ns: &str,
+    instance: u32,
+    node: u32,
+    revision: &str,
+    owners: &Option<Vec<OwnerReference>>,
+    opts: &RenderOptions,
+) -> Pod {
     let rs = match role {
         Role::Prefill => &pdd_spec.prefill,
         Role::Decode => &pdd_spec.decode,
@@ -423,7 +452,11 @@ fn engine_pod(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, ins
     };
     let mut volumes = vec![Volume {
         name: "dshm".into(),
-        empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".into()), size_limit: Some(t.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM.into()))), ..Default::default() }),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(t.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM.into()))),
+            ..Default::default()
+        }),
         ..Default::default()
     }];
     volumes.extend(t.volumes.iter().cloned());
@@ -472,7 +505,11 @@ fn engine_pod(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, ins
 fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Service {
     let mut ports = vec![ServicePort { name: Some("http".into()), port: i32::from(DEFAULT_HTTP_PORT), ..Default::default() }];
     if role == Role::Prefill {
-        ports.push(ServicePort { name: Some("bootstrap".into()), port: i32::from(pdd_spec.kv_transfer.bootstrap_port), ..Default::default() });
+        ports.push(ServicePort {
+            name: Some("bootstrap".into()),
+            port: i32::from(pdd_spec.kv_transfer.bootstrap_port),
+            ..Default::default()
+        });
     }
     let mut selector = BTreeMap::new();
     selector.insert(LABEL_DEPLOYMENT.to_owned(), name.to_owned());
@@ -491,7 +528,13 @@ fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &st
     }
 }
 
-fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>, opts: &RenderOptions) -> (Deployment, Service) {
+fn router_objects(
+    spec: &PDDeploymentSpec,
+    name: &str,
+    ns: &str,
+    owners: &Option<Vec<OwnerReference>>,
+    opts: &RenderOptions,
+) -> (Deployment, Service) {
     let r = &spec.router;
     let labels = common_labels(name, "router");
     let mut args = vec!["--pd-disaggregation".to_owned()];
@@ -507,8 +550,13 @@ fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option
     args.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), r.port.to_string(), "--policy".into(), r.policy.to_string()]);
     args.extend(r.extra_args.iter().cloned());
     let (image, command) = match spec.engine.engine_type {
-        EngineType::Sglang => (r.image.clone().unwrap_or_else(|| engine_image(spec, opts)), vec!["python3".into(), "-m".into(), "sglang_router.launch_router".into()]),
-        EngineType::Sim => (r.image.clone().unwrap_or_else(|| opts.operator_image.clone()), vec!["pd-operator".into(), "sim".into(), "router".into()]),
+        EngineType::Sglang => (
+            r.image.clone().unwrap_or_else(|| engine_image(spec, opts)),
+            vec!["python3".into(), "-m".into(), "sglang_router.launch_router".into()],
+        ),
+        EngineType::Sim => {
+            (r.image.clone().unwrap_or_else(|| opts.operator_image.clone()), vec!["pd-operator".into(), "sim".into(), "router".into()])
+        }
     };
     let container = Container {
         name: "router".into(),
@@ -539,7 +587,12 @@ fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option
         metadata: meta(router_name(name), ns, labels.clone(), owners),
         spec: Some(ServiceSpec {
             selector: Some(labels),
-            ports: Some(vec![ServicePort { name: Some("http".into()), port: i32::from(r.port), target_port: Some(IntOrString::String("http".into())), ..Default::default() }]),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: i32::from(r.port),
+                target_port: Some(IntOrString::String("http".into())),
+                ..Default::default()
+            }]),
             ..Default::default()
         }),
         status: None,
@@ -569,7 +622,10 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     out.config_maps.push(ConfigMap {
         metadata: meta(handshake_config_name(name), &ns, common_labels(name, "decode"), &owners),
-        data: Some(BTreeMap::from([("decode.json".into(), decode_json), ("prefill-addresses".into(), prefill_addresses.join("\n") + "\n")])),
+        data: Some(BTreeMap::from([
+            ("decode.json".into(), decode_json),
+            ("prefill-addresses".into(), prefill_addresses.join("\n") + "\n"),
+        ])),
         ..Default::default()
     });
     for role in [Role::Prefill, Role::Decode] {

@@ -50,7 +50,8 @@ pub mod texts {
     pub const PREFILL_NO_FAKE: &str = "Prefill server does not support 'fake' as the transfer backend";
     pub const PERF_WARNING: &str = "Performance is NOT guaranteed when using different TP sizes for non-MLA models. ";
     pub const SHARDING_PREFILL_ONLY: &str = "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe of every cached page, which is incompatible with local decode.";
-    pub const STAGING_NOT_MLA: &str = "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
+    pub const STAGING_NOT_MLA: &str =
+        "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
     pub const PREFILL_COMPLETE_PEER: &str = "prefill_complete requires peer attention TP1/CP1/PP1";
     pub const DSPARK_TP: &str = "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
@@ -76,15 +77,42 @@ impl Role {
 
 /// Engine flags the operator derives from the spec; `extraArgs` must not set them.
 pub const MANAGED_FLAGS: &[&str] = &[
-    "--model-path", "--model", "--served-model-name", "--revision", "--disaggregation-mode",
-    "--disaggregation-bootstrap-port", "--disaggregation-transfer-backend", "--disaggregation-ib-device",
-    "--disaggregation-decode-allocation-policy", "--tp-size", "--tensor-parallel-size", "--tp",
-    "--dp-size", "--data-parallel-size", "--dp", "--attn-dp-size", "--attention-data-parallel-size",
-    "--enable-dp-attention", "--pp-size", "--pipeline-parallel-size", "--attn-cp-size",
-    "--attention-context-parallel-size", "--enable-prefill-cp", "--cp-strategy", "--dcp-size",
-    "--decode-context-parallel-size", "--page-size", "--kv-cache-dtype", "--enable-kv-cache-sharding",
-    "--enable-dsa-cache-layer-split", "--host", "--port", "--dist-init-addr", "--nccl-init-addr",
-    "--nnodes", "--node-rank",
+    "--model-path",
+    "--model",
+    "--served-model-name",
+    "--revision",
+    "--disaggregation-mode",
+    "--disaggregation-bootstrap-port",
+    "--disaggregation-transfer-backend",
+    "--disaggregation-ib-device",
+    "--disaggregation-decode-allocation-policy",
+    "--tp-size",
+    "--tensor-parallel-size",
+    "--tp",
+    "--dp-size",
+    "--data-parallel-size",
+    "--dp",
+    "--attn-dp-size",
+    "--attention-data-parallel-size",
+    "--enable-dp-attention",
+    "--pp-size",
+    "--pipeline-parallel-size",
+    "--attn-cp-size",
+    "--attention-context-parallel-size",
+    "--enable-prefill-cp",
+    "--cp-strategy",
+    "--dcp-size",
+    "--decode-context-parallel-size",
+    "--page-size",
+    "--kv-cache-dtype",
+    "--enable-kv-cache-sharding",
+    "--enable-dsa-cache-layer-split",
+    "--host",
+    "--port",
+    "--dist-init-addr",
+    "--nccl-init-addr",
+    "--nnodes",
+    "--node-rank",
 ];
 
 /// Environment variables the operator sets on engine containers.
@@ -103,7 +131,10 @@ const PAIRED_FLAGS: &[(&str, &str)] = &[
     ("--dsv4-attn-backend", "it decides DeepSeek-V4's kv_layout"),
 ];
 const PAIRED_ENV: &[(&str, &str)] = &[
-    ("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "a decode-only setting asks /query_dp_ranks for rooms the prefill never registers"),
+    (
+        "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK",
+        "a decode-only setting asks /query_dp_ranks for rooms the prefill never registers",
+    ),
     ("SGLANG_ENABLE_DISAGG_SAMPLING_MASK", "it changes the metadata buffers both roles exchange"),
     ("SGLANG_DISAGG_STAGING_BUFFER", "both roles must stage KV the same way"),
     ("SGLANG_DSV4_KV_LAYOUT", "it decides DeepSeek-V4's kv_layout"),
@@ -121,7 +152,12 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     let mut out = Vec::new();
     check_name(name, spec, &mut out);
     if spec.model.path.trim().is_empty() {
-        out.push(Finding::error("model-path", "spec.model.path", "the model path is empty", "set spec.model.path to a Hugging Face id or a path inside the pod"));
+        out.push(Finding::error(
+            "model-path",
+            "spec.model.path",
+            "the model path is empty",
+            "set spec.model.path to a Hugging Face id or a path inside the pod",
+        ));
     }
     let sizes_ok = check_sizes(Role::Prefill, &spec.prefill, &mut out) & check_sizes(Role::Decode, &spec.decode, &mut out);
     for role in [Role::Prefill, Role::Decode] {
@@ -155,15 +191,30 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
     for (field, value) in [("tp", p.tp), ("dp", p.dp), ("attnDp", p.attn_dp), ("pp", p.pp), ("attnCp", p.attn_cp), ("dcp", p.dcp)] {
         if value == 0 {
             ok = false;
-            out.push(Finding::error("size-positive", role.field(&format!("parallelism.{field}")), format!("{field} must be at least 1, got 0"), format!("set {field}: 1 or more")));
+            out.push(Finding::error(
+                "size-positive",
+                role.field(&format!("parallelism.{field}")),
+                format!("{field} must be at least 1, got 0"),
+                format!("set {field}: 1 or more"),
+            ));
         }
     }
     if rs.gpus_per_node == 0 {
         ok = false;
-        out.push(Finding::error("size-positive", role.field("gpusPerNode"), "gpusPerNode must be at least 1, got 0", "set gpusPerNode to the GPUs of one node, e.g. 8"));
+        out.push(Finding::error(
+            "size-positive",
+            role.field("gpusPerNode"),
+            "gpusPerNode must be at least 1, got 0",
+            "set gpusPerNode to the GPUs of one node, e.g. 8",
+        ));
     }
     if rs.replicas < 0 {
-        out.push(Finding::error("size-positive", role.field("replicas"), format!("replicas must not be negative, got {}", rs.replicas), "set replicas: 0 or more"));
+        out.push(Finding::error(
+            "size-positive",
+            role.field("replicas"),
+            format!("replicas must not be negative, got {}", rs.replicas),
+            "set replicas: 0 or more",
+        ));
     }
     ok
 }
@@ -172,11 +223,14 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
 fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     let groups = p.attn_dp * p.attn_cp;
-    if p.tp % groups != 0 {
+    if !p.tp.is_multiple_of(groups) {
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
-            format!("tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}", p.tp, p.attn_dp, p.attn_cp),
+            format!(
+                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}",
+                p.tp, p.attn_dp, p.attn_cp
+            ),
             format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
         ));
     }
@@ -184,11 +238,14 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
         out.push(Finding::error(
             "dp-with-attn-dp",
             role.field("parallelism.dp"),
-            format!("--dp-size {} with --attn-dp-size {}: data-parallel replicas combined with attention data parallelism are not supported.", p.dp, p.attn_dp),
+            format!(
+                "--dp-size {} with --attn-dp-size {}: data-parallel replicas combined with attention data parallelism are not supported.",
+                p.dp, p.attn_dp
+            ),
             "use attnDp for attention data parallelism and scale instances with replicas; keep dp: 1",
         ));
     }
-    if p.tp % p.dcp != 0 {
+    if !p.tp.is_multiple_of(p.dcp) {
         out.push(Finding::error(
             "tp-divisible-by-dcp",
             role.field("parallelism.dcp"),
@@ -198,30 +255,73 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
     }
     if p.attn_cp > 1 {
         if p.dcp > 1 {
-            out.push(Finding::error("dcp-with-prefill-cp", role.field("parallelism.dcp"), texts::DCP_NO_PREFILL_CP, "use either attnCp or dcp on one role, not both"));
+            out.push(Finding::error(
+                "dcp-with-prefill-cp",
+                role.field("parallelism.dcp"),
+                texts::DCP_NO_PREFILL_CP,
+                "use either attnCp or dcp on one role, not both",
+            ));
         }
         if role == Role::Prefill && p.cp_strategy.is_none() {
-            out.push(Finding::error("cp-strategy-required", role.field("parallelism.cpStrategy"), texts::CP_STRATEGY_REQUIRED, "set cpStrategy: zigzag or interleave"));
+            out.push(Finding::error(
+                "cp-strategy-required",
+                role.field("parallelism.cpStrategy"),
+                texts::CP_STRATEGY_REQUIRED,
+                "set cpStrategy: zigzag or interleave",
+            ));
         }
     }
     if role == Role::Prefill && spec.kv_transfer.backend == TransferBackend::Fake {
-        out.push(Finding::error("prefill-no-fake-backend", "spec.kvTransfer.backend", texts::PREFILL_NO_FAKE, "use mooncake, nixl, mori or ascend; `fake` only serves synthetic decode benchmarks"));
+        out.push(Finding::error(
+            "prefill-no-fake-backend",
+            "spec.kvTransfer.backend",
+            texts::PREFILL_NO_FAKE,
+            "use mooncake, nixl, mori or ascend; `fake` only serves synthetic decode benchmarks",
+        ));
     }
     if role == Role::Prefill && p.dcp > 1 {
-        out.push(Finding::warning("prefill-dcp", role.field("parallelism.dcp"), texts::PREFILL_DCP_WARNING, "keep prefill dcp: 1 unless you have measured a gain"));
+        out.push(Finding::warning(
+            "prefill-dcp",
+            role.field("parallelism.dcp"),
+            texts::PREFILL_DCP_WARNING,
+            "keep prefill dcp: 1 unless you have measured a gain",
+        ));
     }
     if rs.enable_kv_cache_sharding {
         match role {
-            Role::Decode => out.push(Finding::error("sharding-prefill-only", role.field("enableKvCacheSharding"), texts::SHARDING_PREFILL_ONLY, "remove enableKvCacheSharding from spec.decode")),
+            Role::Decode => out.push(Finding::error(
+                "sharding-prefill-only",
+                role.field("enableKvCacheSharding"),
+                texts::SHARDING_PREFILL_ONLY,
+                "remove enableKvCacheSharding from spec.decode",
+            )),
             Role::Prefill => {
                 if p.dcp > 1 {
-                    out.push(Finding::error("sharding-with-dcp", role.field("enableKvCacheSharding"), "--enable-kv-cache-sharding is refused with --dcp-size > 1", "turn off enableKvCacheSharding or set prefill dcp: 1"));
+                    out.push(Finding::error(
+                        "sharding-with-dcp",
+                        role.field("enableKvCacheSharding"),
+                        "--enable-kv-cache-sharding is refused with --dcp-size > 1",
+                        "turn off enableKvCacheSharding or set prefill dcp: 1",
+                    ));
                 }
                 if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                    out.push(Finding::error("sharding-backend", "spec.kvTransfer.backend", format!("--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'", spec.kv_transfer.backend), "use backend: mooncake or nixl, or turn off enableKvCacheSharding"));
+                    out.push(Finding::error(
+                        "sharding-backend",
+                        "spec.kvTransfer.backend",
+                        format!(
+                            "--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'",
+                            spec.kv_transfer.backend
+                        ),
+                        "use backend: mooncake or nixl, or turn off enableKvCacheSharding",
+                    ));
                 }
                 if spec.kv_transfer.page_size == Some(1) {
-                    out.push(Finding::error("sharding-page-size", "spec.kvTransfer.pageSize", "--enable-kv-cache-sharding needs a page size greater than 1", "set pageSize: 64 (or another size > 1)"));
+                    out.push(Finding::error(
+                        "sharding-page-size",
+                        "spec.kvTransfer.pageSize",
+                        "--enable-kv-cache-sharding needs a page size greater than 1",
+                        "set pageSize: 64 (or another size > 1)",
+                    ));
                 }
             }
         }
@@ -232,7 +332,7 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
 fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
     let gpus = rs.parallelism.gpus();
     let per_node = u64::from(rs.gpus_per_node);
-    if gpus > per_node && gpus % per_node != 0 {
+    if gpus > per_node && !gpus.is_multiple_of(per_node) {
         out.push(Finding::error(
             "gpus-fill-nodes",
             role.field("gpusPerNode"),
@@ -271,7 +371,11 @@ fn check_extra_args(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
                 "env-managed",
                 role.field(&format!("template.env[{i}]")),
                 format!("`{}` is set by pd-operator", env.name),
-                if env.name == "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER" { "use spec.kvTransfer.allCpRanksTransfer, which sets it on both roles" } else { "remove it from env" },
+                if env.name == "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER" {
+                    "use spec.kvTransfer.allCpRanksTransfer, which sets it on both roles"
+                } else {
+                    "remove it from env"
+                },
             ));
         }
     }
@@ -383,11 +487,19 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
     }
     // #6: DeepSeek-V4.1 DSpark needs equal TP except the prefill-CP fan-in.
     let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
-        || [&spec.prefill, &spec.decode].iter().any(|r| flag_value(&r.template.extra_args, "--speculative-algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
+        || [&spec.prefill, &spec.decode]
+            .iter()
+            .any(|r| flag_value(&r.template.extra_args, "--speculative-algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
     if dspark && p_attn_tp != d_attn_tp {
-        let cp_fan_in = pp_.attn_cp > 1 && pool.is_some_and(KvPool::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
+        let cp_fan_in =
+            pp_.attn_cp > 1 && pool.is_some_and(KvPool::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
         if !cp_fan_in {
-            out.push(Finding::error("dspark-equal-tp", "spec.decode.parallelism.tp", texts::DSPARK_TP, "give both roles the same attention TP"));
+            out.push(Finding::error(
+                "dspark-equal-tp",
+                "spec.decode.parallelism.tp",
+                texts::DSPARK_TP,
+                "give both roles the same attention TP",
+            ));
         }
     }
     // #7: MXFP8 KV on a non-MLA pool needs equal attention TP.
@@ -427,7 +539,12 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
             ));
         }
         if spec.prefill.enable_kv_cache_sharding {
-            out.push(Finding::error("decode-dcp-prefill-sharding", "spec.prefill.enableKvCacheSharding", texts::DCP_NO_SHARDING, "turn off prefill enableKvCacheSharding, or set decode dcp: 1"));
+            out.push(Finding::error(
+                "decode-dcp-prefill-sharding",
+                "spec.prefill.enableKvCacheSharding",
+                texts::DCP_NO_SHARDING,
+                "turn off prefill enableKvCacheSharding, or set decode dcp: 1",
+            ));
         }
     }
     // #11 and the non-MLA warning: the TP part of the rank mapping.
@@ -498,7 +615,12 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     }
     let p = &spec.prefill.parallelism;
     if p.attn_tp() != 1 || p.attn_cp != 1 || p.pp != 1 {
-        out.push(Finding::error("prefill-complete-peer", "spec.prefill.parallelism", texts::PREFILL_COMPLETE_PEER, "give the prefill attention TP 1, attnCp 1 and pp 1, or use decodeAllocationPolicy: early"));
+        out.push(Finding::error(
+            "prefill-complete-peer",
+            "spec.prefill.parallelism",
+            texts::PREFILL_COMPLETE_PEER,
+            "give the prefill attention TP 1, attnCp 1 and pp 1, or use decodeAllocationPolicy: early",
+        ));
     }
 }
 
@@ -525,20 +647,33 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
         let staging = env_value(role_spec(spec, role), "SGLANG_DISAGG_STAGING_BUFFER");
         if env_truthy(staging.as_deref()) {
             if facts.pool() == Some(KvPool::Mla) {
-                out.push(Finding::error("staging-buffer-mla", role.field("template.env"), texts::STAGING_NOT_MLA, "remove SGLANG_DISAGG_STAGING_BUFFER from both roles"));
+                out.push(Finding::error(
+                    "staging-buffer-mla",
+                    role.field("template.env"),
+                    texts::STAGING_NOT_MLA,
+                    "remove SGLANG_DISAGG_STAGING_BUFFER from both roles",
+                ));
             }
             if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
                 out.push(Finding::error(
                     "staging-buffer-backend",
                     "spec.kvTransfer.backend",
-                    format!("SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.", spec.kv_transfer.backend),
+                    format!(
+                        "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.",
+                        spec.kv_transfer.backend
+                    ),
                     "use backend mooncake or nixl, or drop SGLANG_DISAGG_STAGING_BUFFER",
                 ));
             }
         }
     }
     if spec.router.enabled && (spec.prefill.replicas == 0 || spec.decode.replicas == 0) {
-        out.push(Finding::warning("router-without-pool", "spec.router.enabled", "the router is enabled while one role has 0 replicas; every request will fail", "scale both roles to at least 1, or disable the router"));
+        out.push(Finding::warning(
+            "router-without-pool",
+            "spec.router.enabled",
+            "the router is enabled while one role has 0 replicas; every request will fail",
+            "scale both roles to at least 1, or disable the router",
+        ));
     }
 }
 
@@ -578,7 +713,7 @@ fn next_multiple(value: u32, of: u32) -> u32 {
 }
 
 fn largest_divisor_at_most(n: u32, limit: u32) -> u32 {
-    (1..=limit.min(n)).rev().find(|d| n % d == 0).unwrap_or(1)
+    (1..=limit.min(n)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1)
 }
 
 /// True when no finding is an error.

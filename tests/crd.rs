@@ -5,17 +5,18 @@ use serde_json::Value;
 #[test]
 fn committed_crd_matches_generated() {
     let committed = std::fs::read_to_string("crds/pddeployment.yaml").expect("crds/pddeployment.yaml");
-    assert!(
-        committed == pd_operator::api::crd_yaml(),
-        "crds/pddeployment.yaml is stale: run `cargo run -- crd > crds/pddeployment.yaml`"
-    );
+    assert!(committed == pd_operator::api::crd_yaml(), "crds/pddeployment.yaml is stale: run `cargo run -- crd > crds/pddeployment.yaml`");
 }
 
 #[test]
 fn chart_crd_matches_top_level() {
     let chart = std::path::Path::new("charts/pd-operator/crds/pddeployment.yaml");
     if chart.exists() {
-        assert_eq!(std::fs::read_to_string(chart).unwrap(), std::fs::read_to_string("crds/pddeployment.yaml").unwrap(), "charts/pd-operator/crds differs from crds/");
+        assert_eq!(
+            std::fs::read_to_string(chart).unwrap(),
+            std::fs::read_to_string("crds/pddeployment.yaml").unwrap(),
+            "charts/pd-operator/crds differs from crds/"
+        );
     } else {
         panic!("{} is missing", chart.display());
     }
@@ -28,7 +29,8 @@ fn check_structural(node: &Value, at: &str, problems: &mut Vec<String>) {
     if o.contains_key("$ref") {
         problems.push(format!("{at}: $ref"));
     }
-    let free = o.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) || o.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    let free = o.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        || o.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
     if !o.contains_key("type") && !free {
         problems.push(format!("{at}: no type"));
     }

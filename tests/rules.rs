@@ -1,9 +1,9 @@
 //! Table-driven: for every rule, one spec it accepts and one it rejects, checking the message.
 
+use k8s_openapi::api::core::v1::EnvVar;
 use pd_operator::api::{AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeploymentSpec, TransferBackend};
 use pd_operator::model::HfConfig;
 use pd_operator::validate::{Finding, Severity, validate};
-use k8s_openapi::api::core::v1::EnvVar;
 
 fn base(model: &str) -> PDDeploymentSpec {
     serde_json::from_value(serde_json::json!({
@@ -71,7 +71,13 @@ fn decode_dcp_needs_prefill_cp_one() {
     let mut bad = good.clone();
     bad.prefill.parallelism.attn_cp = 2;
     bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
-    case("decode-dcp-prefill-cp", good, bad, "spec.prefill.parallelism.attnCp", "PD decode DCP currently requires prefill attention CP=1, got 2.");
+    case(
+        "decode-dcp-prefill-cp",
+        good,
+        bad,
+        "spec.prefill.parallelism.attnCp",
+        "PD decode DCP currently requires prefill attention CP=1, got 2.",
+    );
 }
 
 #[test]
@@ -80,7 +86,13 @@ fn decode_dcp_refuses_prefill_sharding() {
     good.decode.parallelism.dcp = 2;
     let mut bad = good.clone();
     bad.prefill.enable_kv_cache_sharding = true;
-    case("decode-dcp-prefill-sharding", good, bad, "spec.prefill.enableKvCacheSharding", "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.");
+    case(
+        "decode-dcp-prefill-sharding",
+        good,
+        bad,
+        "spec.prefill.enableKvCacheSharding",
+        "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.",
+    );
 }
 
 #[test]
@@ -107,7 +119,13 @@ fn attention_tp_sizes_must_divide() {
     good.decode.parallelism.tp = 4;
     let mut bad = mla();
     bad.decode.parallelism.tp = 6;
-    case("attn-tp-divide", good, bad, "spec.decode.parallelism.tp", "attention TP sizes 8 (prefill) and 6 (decode) do not divide each other");
+    case(
+        "attn-tp-divide",
+        good,
+        bad,
+        "spec.decode.parallelism.tp",
+        "attention TP sizes 8 (prefill) and 6 (decode) do not divide each other",
+    );
 }
 
 #[test]
@@ -116,7 +134,13 @@ fn tp_divisible_by_attention_groups() {
     good.decode.parallelism.attn_dp = 4;
     let mut bad = mla();
     bad.decode.parallelism.attn_dp = 3;
-    case("tp-divisible-by-attn-groups", good, bad, "spec.decode.parallelism.tp", "tp_size must be divisible by attn_dp_size * attn_cp_size");
+    case(
+        "tp-divisible-by-attn-groups",
+        good,
+        bad,
+        "spec.decode.parallelism.tp",
+        "tp_size must be divisible by attn_dp_size * attn_cp_size",
+    );
 }
 
 #[test]
@@ -125,7 +149,13 @@ fn tp_divisible_by_dcp_with_sglang_text() {
     good.decode.parallelism.dcp = 4;
     let mut bad = mla();
     bad.decode.parallelism.dcp = 3;
-    case("tp-divisible-by-dcp", good, bad, "spec.decode.parallelism.dcp", "tensor_model_parallel_size (8) must be divisible by decode_context_parallel_size (3)");
+    case(
+        "tp-divisible-by-dcp",
+        good,
+        bad,
+        "spec.decode.parallelism.dcp",
+        "tensor_model_parallel_size (8) must be divisible by decode_context_parallel_size (3)",
+    );
 }
 
 #[test]
@@ -145,7 +175,13 @@ fn dp_with_attention_dp_is_refused() {
     let mut bad = good.clone();
     bad.decode.parallelism.dp = 2;
     bad.decode.gpus_per_node = 16;
-    case("dp-with-attn-dp", good, bad, "spec.decode.parallelism.dp", "--dp-size 2 with --attn-dp-size 2: data-parallel replicas combined with attention data parallelism are not supported.");
+    case(
+        "dp-with-attn-dp",
+        good,
+        bad,
+        "spec.decode.parallelism.dp",
+        "--dp-size 2 with --attn-dp-size 2: data-parallel replicas combined with attention data parallelism are not supported.",
+    );
 }
 
 #[test]
@@ -162,7 +198,13 @@ fn mxfp8_on_non_mla_needs_equal_attention_tp() {
     good.kv_transfer.kv_cache_dtype = KvCacheDtype::Mxfp8;
     let mut bad = good.clone();
     bad.decode.parallelism.tp = 4;
-    case("mxfp8-equal-attn-tp", good, bad, "spec.decode.parallelism.tp", "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size=8, decode attn_tp_size=4, state types ['block_scale'].");
+    case(
+        "mxfp8-equal-attn-tp",
+        good,
+        bad,
+        "spec.decode.parallelism.tp",
+        "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size=8, decode attn_tp_size=4, state types ['block_scale'].",
+    );
 }
 
 #[test]
@@ -171,7 +213,13 @@ fn minimax_sparse_needs_equal_attention_tp() {
     good.model.architecture = Some("MiniMaxM3SparseForCausalLM".into());
     let mut bad = good.clone();
     bad.decode.parallelism.tp = 4;
-    case("minimax-equal-attn-tp", good, bad, "spec.decode.parallelism.tp", "MiniMax sparse PD requires matching attention TP sizes: prefill=8, decode=4.");
+    case(
+        "minimax-equal-attn-tp",
+        good,
+        bad,
+        "spec.decode.parallelism.tp",
+        "MiniMax sparse PD requires matching attention TP sizes: prefill=8, decode=4.",
+    );
 }
 
 #[test]
@@ -195,7 +243,13 @@ fn mla_sharding_needs_equal_attention_tp() {
     good.prefill.enable_kv_cache_sharding = true;
     let mut bad = good.clone();
     bad.decode.parallelism.tp = 4;
-    case("mla-sharding-equal-tp", good, bad, "spec.decode.parallelism.tp", "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=8 decode=4");
+    case(
+        "mla-sharding-equal-tp",
+        good,
+        bad,
+        "spec.decode.parallelism.tp",
+        "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=8 decode=4",
+    );
 }
 
 #[test]
@@ -204,7 +258,13 @@ fn sharding_is_prefill_only() {
     good.prefill.enable_kv_cache_sharding = true;
     let mut bad = mla();
     bad.decode.enable_kv_cache_sharding = true;
-    case("sharding-prefill-only", good, bad, "spec.decode.enableKvCacheSharding", "--enable-kv-cache-sharding is only supported on PD prefill workers");
+    case(
+        "sharding-prefill-only",
+        good,
+        bad,
+        "spec.decode.enableKvCacheSharding",
+        "--enable-kv-cache-sharding is only supported on PD prefill workers",
+    );
 }
 
 #[test]
@@ -214,7 +274,13 @@ fn prefill_cp_needs_a_strategy_and_excludes_dcp() {
     good.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
     let mut bad = good.clone();
     bad.prefill.parallelism.cp_strategy = None;
-    case("cp-strategy-required", good.clone(), bad, "spec.prefill.parallelism.cpStrategy", "--cp-strategy must be set when --enable-prefill-cp is enabled.");
+    case(
+        "cp-strategy-required",
+        good.clone(),
+        bad,
+        "spec.prefill.parallelism.cpStrategy",
+        "--cp-strategy must be set when --enable-prefill-cp is enabled.",
+    );
     let mut bad = good;
     bad.prefill.parallelism.dcp = 2;
     case("dcp-with-prefill-cp", mla(), bad, "spec.prefill.parallelism.dcp", "--dcp-size > 1 does not support --enable-prefill-cp.");
@@ -224,7 +290,13 @@ fn prefill_cp_needs_a_strategy_and_excludes_dcp() {
 fn fake_backend_is_refused_on_prefill() {
     let mut bad = mla();
     bad.kv_transfer.backend = TransferBackend::Fake;
-    case("prefill-no-fake-backend", mla(), bad, "spec.kvTransfer.backend", "Prefill server does not support 'fake' as the transfer backend");
+    case(
+        "prefill-no-fake-backend",
+        mla(),
+        bad,
+        "spec.kvTransfer.backend",
+        "Prefill server does not support 'fake' as the transfer backend",
+    );
 }
 
 #[test]
@@ -261,7 +333,13 @@ fn paired_settings_must_match() {
     good.decode.template.extra_args = vec!["--disaggregation-enable-kv-checksum".into()];
     let mut bad = mla();
     bad.prefill.template.extra_args = vec!["--disaggregation-enable-kv-checksum".into()];
-    case("paired-flag", good, bad, "spec.decode.template.extraArgs", "`--disaggregation-enable-kv-checksum` differs between roles (prefill: set, decode: unset)");
+    case(
+        "paired-flag",
+        good,
+        bad,
+        "spec.decode.template.extraArgs",
+        "`--disaggregation-enable-kv-checksum` differs between roles (prefill: set, decode: unset)",
+    );
     let mut good = gqa();
     good.prefill.template.env = vec![env("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "1")];
     good.decode.template.env = good.prefill.template.env.clone();
@@ -278,7 +356,13 @@ fn staging_buffer_is_refused_with_mla() {
     let mut bad = mla();
     bad.prefill.template.env = good.prefill.template.env.clone();
     bad.decode.template.env = good.prefill.template.env.clone();
-    case("staging-buffer-mla", good, bad, "spec.prefill.template.env", "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.");
+    case(
+        "staging-buffer-mla",
+        good,
+        bad,
+        "spec.prefill.template.env",
+        "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.",
+    );
 }
 
 #[test]
@@ -314,7 +398,13 @@ fn different_tp_on_non_mla_is_only_a_warning() {
     let mut spec = gqa();
     spec.decode.parallelism.tp = 4;
     let f = run(&spec);
-    assert!(has(&f, "non-mla-different-tp", Severity::Warning, "spec.decode.parallelism.tp", "Performance is NOT guaranteed when using different TP sizes for non-MLA models. "));
+    assert!(has(
+        &f,
+        "non-mla-different-tp",
+        Severity::Warning,
+        "spec.decode.parallelism.tp",
+        "Performance is NOT guaranteed when using different TP sizes for non-MLA models. "
+    ));
     assert!(f.iter().all(|f| f.severity == Severity::Warning), "{f:#?}");
     let mut spec = mla();
     spec.decode.parallelism.tp = 4;

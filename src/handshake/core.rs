@@ -9,17 +9,43 @@ use super::pyvalue;
 
 /// Keys a 0.5.23 topology body may carry, in the order the bootstrap server writes them.
 pub const TOPOLOGY_KEYS: [&str; 19] = [
-    "attn_tp_size", "attn_cp_size", "dp_size", "pp_size", "page_size", "kv_cache_dtype", "follow_bootstrap_room",
-    "enable_dsa_cache_layer_split", "dsv41_spec_layout", "kv_layout", "decode_allocation_policy",
-    "enable_kv_cache_sharding", "prefill_http_port", "target_tp_rank", "target_tp_ranks", "target_cp_ranks",
-    "target_pp_ranks", "required_dst_info_num", "required_prefill_response_num",
+    "attn_tp_size",
+    "attn_cp_size",
+    "dp_size",
+    "pp_size",
+    "page_size",
+    "kv_cache_dtype",
+    "follow_bootstrap_room",
+    "enable_dsa_cache_layer_split",
+    "dsv41_spec_layout",
+    "kv_layout",
+    "decode_allocation_policy",
+    "enable_kv_cache_sharding",
+    "prefill_http_port",
+    "target_tp_rank",
+    "target_tp_ranks",
+    "target_cp_ranks",
+    "target_pp_ranks",
+    "required_dst_info_num",
+    "required_prefill_response_num",
 ];
 /// Keys without a default in SGLang's record: a body missing one is rejected.
 const REQUIRED_KEYS: usize = 7;
 
 pub const STATE_TYPES: &[&str] = &[
-    "mamba", "qsa_pending", "qsa_compressed", "swa", "dsa", "dsa_tail", "minimax_index_k", "minimax_dense_kv",
-    "swa_ring", "c128_state", "request_row", "block_scale", "block_scale_swa",
+    "mamba",
+    "qsa_pending",
+    "qsa_compressed",
+    "swa",
+    "dsa",
+    "dsa_tail",
+    "minimax_index_k",
+    "minimax_dense_kv",
+    "swa_ring",
+    "c128_state",
+    "request_row",
+    "block_scale",
+    "block_scale_swa",
 ];
 
 /// KV pool kind of the decode.
@@ -76,9 +102,15 @@ pub enum InputError {
 
 impl DecodeTopology {
     pub fn parse(value: &Value) -> Result<Self, InputError> {
-        let d: DecodeTopology = serde_path_to_error::deserialize(value)
-            .map_err(|e| InputError::Decode(format!("field `{}`: {}", e.path(), e.inner())))?;
-        for (name, v) in [("attn_tp_size", d.attn_tp_size), ("attn_cp_size", d.attn_cp_size), ("pp_size", d.pp_size), ("dcp_size", d.dcp_size), ("page_size", d.page_size)] {
+        let d: DecodeTopology =
+            serde_path_to_error::deserialize(value).map_err(|e| InputError::Decode(format!("field `{}`: {}", e.path(), e.inner())))?;
+        for (name, v) in [
+            ("attn_tp_size", d.attn_tp_size),
+            ("attn_cp_size", d.attn_cp_size),
+            ("pp_size", d.pp_size),
+            ("dcp_size", d.dcp_size),
+            ("page_size", d.page_size),
+        ] {
             if v < 1 {
                 return Err(InputError::Decode(format!("`{name}` must be at least 1, got {v}")));
             }
@@ -129,9 +161,9 @@ fn plural_missing(names: &[&str]) -> String {
 impl PrefillInfo {
     /// Builds the record as SGLang's decode does; the error is the Python exception text.
     pub fn from_body(body: &Value) -> Result<Self, String> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| format!("TypeError: PrefillServerInfo() argument after ** must be a mapping, not {}", pyvalue::type_name(body)))?;
+        let obj = body.as_object().ok_or_else(|| {
+            format!("TypeError: PrefillServerInfo() argument after ** must be a mapping, not {}", pyvalue::type_name(body))
+        })?;
         if let Some(k) = obj.keys().find(|k| !TOPOLOGY_KEYS.contains(&k.as_str())) {
             return Err(format!("TypeError: PrefillServerInfo.__init__() got an unexpected keyword argument '{k}'"));
         }
@@ -252,9 +284,10 @@ fn or_empty(v: &Value) -> Value {
 fn layout_diff(local: &Value, remote: &Value) -> Result<Vec<String>, HandshakeFailure> {
     let (l, r) = (or_empty(local), or_empty(remote));
     let keys_of = |v: &Value| -> Result<Vec<String>, HandshakeFailure> {
-        v.as_object()
-            .map(|o| o.keys().cloned().collect())
-            .ok_or_else(|| HandshakeFailure { kind: "AttributeError", error: format!("'{}' object has no attribute 'keys'", pyvalue::type_name(v)) })
+        v.as_object().map(|o| o.keys().cloned().collect()).ok_or_else(|| HandshakeFailure {
+            kind: "AttributeError",
+            error: format!("'{}' object has no attribute 'keys'", pyvalue::type_name(v)),
+        })
     };
     let mut keys = keys_of(&l)?;
     keys.extend(keys_of(&r)?);
@@ -302,17 +335,25 @@ fn sanity_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFai
                 fields.join(", ")
             )));
         }
-        let cp_fan_in = p.attn_cp_size > 1 && d.mla_or_hybrid() && d.attn_cp_size == 1 && p.attn_tp_size.checked_mul(p.attn_cp_size) == Some(d.attn_tp_size);
+        let cp_fan_in = p.attn_cp_size > 1
+            && d.mla_or_hybrid()
+            && d.attn_cp_size == 1
+            && p.attn_tp_size.checked_mul(p.attn_cp_size) == Some(d.attn_tp_size);
         if p.attn_tp_size != d.attn_tp_size && !cp_fan_in {
-            return Err(HandshakeFailure::runtime("DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)"));
+            return Err(HandshakeFailure::runtime(
+                "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)",
+            ));
         }
     }
     if p.attn_tp_size != d.attn_tp_size && !d.mla_or_hybrid() {
-        let scales: Vec<Value> = d.state_types.iter().filter(|s| *s == "block_scale" || *s == "block_scale_swa").map(|s| Value::from(s.as_str())).collect();
+        let scales: Vec<Value> =
+            d.state_types.iter().filter(|s| *s == "block_scale" || *s == "block_scale_swa").map(|s| Value::from(s.as_str())).collect();
         if !scales.is_empty() {
             return Err(HandshakeFailure::runtime(format!(
                 "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={}, decode attn_tp_size={}, state types {}.",
-                p.attn_tp_size, d.attn_tp_size, pyvalue::repr(&Value::Array(scales))
+                p.attn_tp_size,
+                d.attn_tp_size,
+                pyvalue::repr(&Value::Array(scales))
             )));
         }
     }
@@ -321,7 +362,10 @@ fn sanity_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFai
             return Err(HandshakeFailure::runtime("PD decode DCP requires an MLA or hybrid-MLA KV pool."));
         }
         if p.attn_cp_size != 1 {
-            return Err(HandshakeFailure::runtime(format!("PD decode DCP currently requires prefill attention CP=1, got {}.", p.attn_cp_size)));
+            return Err(HandshakeFailure::runtime(format!(
+                "PD decode DCP currently requires prefill attention CP=1, got {}.",
+                p.attn_cp_size
+            )));
         }
         if p.sharding() {
             return Err(HandshakeFailure::runtime("PD decode DCP does not support a prefill with --enable-kv-cache-sharding."));
@@ -331,7 +375,13 @@ fn sanity_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFai
 }
 
 /// `_resolve_rank_mapping` for one decode rank.
-fn map_rank(d: &DecodeTopology, p: &PrefillInfo, engine_rank: i64, pp_rank: i64, warnings: &mut Vec<String>) -> Result<RankMapping, HandshakeFailure> {
+fn map_rank(
+    d: &DecodeTopology,
+    p: &PrefillInfo,
+    engine_rank: i64,
+    pp_rank: i64,
+    warnings: &mut Vec<String>,
+) -> Result<RankMapping, HandshakeFailure> {
     let (dtp, ptp) = (d.attn_tp_size, p.attn_tp_size);
     let e = engine_rank.rem_euclid(dtp);
     let mut warn = || {
@@ -341,7 +391,9 @@ fn map_rank(d: &DecodeTopology, p: &PrefillInfo, engine_rank: i64, pp_rank: i64,
     };
     let (tp_rank, tp_ranks, dst, mut resp) = if d.mla() && p.sharding() && p.attn_cp_size == 1 {
         if dtp != ptp {
-            return Err(HandshakeFailure::assertion(format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={ptp} decode={dtp}")));
+            return Err(HandshakeFailure::assertion(format!(
+                "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={ptp} decode={dtp}"
+            )));
         }
         (None, py_range(0, ptp), dtp, ptp)
     } else if dtp == ptp {
@@ -373,7 +425,10 @@ fn map_rank(d: &DecodeTopology, p: &PrefillInfo, engine_rank: i64, pp_rank: i64,
         }
     };
     if d.pp_size != p.pp_size && d.pp_size != 1 {
-        return Err(HandshakeFailure::assertion(format!("Decode pp size ({}) should be equal to prefill pp size ({}) or 1", d.pp_size, p.pp_size)));
+        return Err(HandshakeFailure::assertion(format!(
+            "Decode pp size ({}) should be equal to prefill pp size ({}) or 1",
+            d.pp_size, p.pp_size
+        )));
     }
     let pp_ranks = if p.pp_size == d.pp_size {
         vec![pp_rank]
@@ -431,7 +486,14 @@ pub fn check_json(decode: &Value, prefill_info: &Value) -> (Value, bool) {
     };
     let p = match PrefillInfo::from_body(prefill_info) {
         Ok(p) => p,
-        Err(e) => return failure("InputError", format!("SGLang 0.5.23's decode cannot build its record from this topology body ({e}); it logs `Error fetching prefill server info from bootstrap` and retries")),
+        Err(e) => {
+            return failure(
+                "InputError",
+                format!(
+                    "SGLang 0.5.23's decode cannot build its record from this topology body ({e}); it logs `Error fetching prefill server info from bootstrap` and retries"
+                ),
+            );
+        }
     };
     match handshake(&d, &p) {
         Ok(h) => (serde_json::json!({"ok": true, "ranks": h.ranks}), true),

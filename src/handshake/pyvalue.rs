@@ -41,10 +41,9 @@ pub fn int(v: &Value) -> Result<i64, String> {
             let parsed = well_formed.then(|| t.replace('_', "").parse::<i64>().ok()).flatten();
             parsed.ok_or_else(|| format!("ValueError: invalid literal for int() with base 10: {}", repr(v)))
         }
-        other => Err(format!(
-            "TypeError: int() argument must be a string, a bytes-like object or a real number, not '{}'",
-            type_name(other)
-        )),
+        other => {
+            Err(format!("TypeError: int() argument must be a string, a bytes-like object or a real number, not '{}'", type_name(other)))
+        }
     }
 }
 
@@ -171,7 +170,10 @@ mod tests {
         assert_eq!(int(&json!(true)), Ok(1));
         assert_eq!(int(&json!(" +1_0 ")), Ok(10));
         assert_eq!(int(&json!("2.0")), Err("ValueError: invalid literal for int() with base 10: '2.0'".into()));
-        assert_eq!(int(&json!(null)), Err("TypeError: int() argument must be a string, a bytes-like object or a real number, not 'NoneType'".into()));
+        assert_eq!(
+            int(&json!(null)),
+            Err("TypeError: int() argument must be a string, a bytes-like object or a real number, not 'NoneType'".into())
+        );
     }
 
     #[test]
