@@ -1,0 +1,27 @@
+# The two commands README promises: `make demo` and `make test`.
+SHELL := /bin/bash
+
+.PHONY: demo demo-down test tools build lint crd
+
+demo:            ## local control plane with the CRD and the examples, left running
+	hack/demo.sh up
+
+demo-down:       ## stop what `make demo` started
+	hack/demo.sh down
+
+test:            ## unit, property and real-control-plane tests
+	hack/test.sh
+
+tools:           ## build the pinned Kubernetes test tooling into the cache
+	hack/tools.sh
+
+build:
+	cargo build --locked --release
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets --locked -- -D warnings
+
+crd:             ## regenerate crds/ and the chart's copy from the Rust types
+	cargo run --quiet -- crd > crds/pddeployment.yaml
+	cp crds/pddeployment.yaml charts/pd-operator/crds/pddeployment.yaml

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# `make test`: unit and property tests, then the suites against a real control plane started
+# here (or the cluster PD_E2E_KUBECONFIG points at). The cluster is stopped even on failure.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+BIN=$(hack/tools.sh | tail -n 1)
+export PD_TOOLS_BIN="$BIN"
+export PATH="$BIN:$PATH"
+
+if [ -z "${PD_E2E_KUBECONFIG:-}" ]; then
+  export PD_CLUSTER_DIR
+  PD_CLUSTER_DIR=$(mktemp -d /tmp/pd-test-cluster.XXXXXX)
+  trap 'hack/cluster.sh down || true' EXIT
+  hack/cluster.sh up >/dev/null
+  export PD_E2E_KUBECONFIG="$PD_CLUSTER_DIR/kubeconfig"
+fi
+echo "[test] running cargo test against $PD_E2E_KUBECONFIG"
+cargo test --locked --all-targets -- --test-threads="${PD_TEST_THREADS:-4}"

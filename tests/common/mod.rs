@@ -1,0 +1,151 @@
+//! Harness for tests against a real Kubernetes control plane.
+//!
+//! One cluster per test binary: `PD_E2E_KUBECONFIG` when set (the `make test` cluster, a kind
+//! cluster, or a user's own), otherwise `hack/cluster.sh up` into a private state dir, stopped by a
+//! watchdog when the test process exits. Each test gets its own namespace, deleted at the end.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub struct Cluster {
+    pub kubeconfig: PathBuf,
+    /// Directory holding kubectl and helm built by hack/tools.sh (empty: use PATH).
+    pub bin: Option<PathBuf>,
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn start_private_cluster() -> Cluster {
+    let dir = std::env::temp_dir().join(format!("pd-e2e-{}", std::process::id()));
+    let out = Command::new(repo().join("hack/cluster.sh"))
+        .arg("up")
+        .env("PD_CLUSTER_DIR", &dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run hack/cluster.sh");
+    assert!(out.status.success(), "hack/cluster.sh up failed; see its log lines above");
+    // Stop the cluster when this test process ends, however it ends.
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("while kill -0 {} 2>/dev/null; do sleep 1; done; PD_CLUSTER_DIR='{}' '{}' down", std::process::id(), dir.display(), repo().join("hack/cluster.sh").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cluster watchdog");
+    let bin = std::fs::read_to_string(dir.join("bin")).ok().map(|s| PathBuf::from(s.trim()));
+    Cluster { kubeconfig: dir.join("kubeconfig"), bin }
+}
+
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let c = match std::env::var_os("PD_E2E_KUBECONFIG") {
+            Some(k) => Cluster { kubeconfig: k.into(), bin: std::env::var_os("PD_TOOLS_BIN").map(PathBuf::from) },
+            None => start_private_cluster(),
+        };
+        let out = c.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", repo().join("crds").to_str().unwrap()]);
+        assert!(out.status.success(), "installing the CRD failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = c.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/pddeployments.pd.inference.dev"]);
+        assert!(out.status.success(), "CRD not established: {}", String::from_utf8_lossy(&out.stderr));
+        c
+    })
+}
+
+impl Cluster {
+    pub fn tool(&self, name: &str) -> PathBuf {
+        self.bin.as_ref().map(|b| b.join(name)).filter(|p| p.exists()).unwrap_or_else(|| PathBuf::from(name))
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(self.tool("kubectl")).args(args).env("KUBECONFIG", &self.kubeconfig).output().expect("run kubectl")
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(self.tool("kubectl"))
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    pub async fn client(&self) -> Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+        Client::try_from(config).expect("client")
+    }
+}
+
+/// A namespace of its own for one test; deleted (without waiting) when dropped.
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    pub fn new(prefix: &str) -> Self {
+        let name = format!("e2e-{prefix}-{:06x}", rand::random::<u32>() & 0xffffff);
+        let out = cluster().kubectl(&["create", "namespace", &name]);
+        assert!(out.status.success(), "create namespace {name}: {}", String::from_utf8_lossy(&out.stderr));
+        wait_for(Duration::from_secs(60), &format!("ServiceAccount default in {name}"), || {
+            let o = cluster().kubectl(&["get", "serviceaccount", "default", "-n", &name]);
+            o.status.success().then_some(()).ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+        });
+        Self { name }
+    }
+
+    pub fn apply(&self, yaml: &str) -> Output {
+        cluster().kubectl_stdin(&["apply", "-n", &self.name, "-f", "-"], yaml)
+    }
+
+    pub fn apply_file(&self, path: &Path) -> Output {
+        cluster().kubectl(&["apply", "-n", &self.name, "-f", path.to_str().unwrap()])
+    }
+
+    pub fn get_json(&self, kind: &str, name: &str) -> Result<serde_json::Value, String> {
+        let o = cluster().kubectl(&["get", kind, name, "-n", &self.name, "-o", "json"]);
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+        }
+        serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+    }
+}
+
+/// Polls `check` until it returns Ok or `timeout` passes; the panic shows the last state seen.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(last) if start.elapsed() > timeout => panic!("timed out after {timeout:?} waiting for {what}; last state:\n{last}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+pub fn repo_path(p: &str) -> PathBuf {
+    repo().join(p)
+}
