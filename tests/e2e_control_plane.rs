@@ -13,7 +13,13 @@ fn crd_applies_server_side_and_is_established() {
     let c = cluster();
     let o = c.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", repo_path("crds").to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = c.kubectl(&["get", "crd", "pddeployments.pd.inference.dev", "-o", "jsonpath={.status.conditions[?(@.type==\"Established\")].status}"]);
+    let o = c.kubectl(&[
+        "get",
+        "crd",
+        "pddeployments.pd.inference.dev",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+    ]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "True");
 }
 
@@ -47,13 +53,19 @@ fn the_minimal_contract_spec_is_accepted_by_the_crd() {
 #[test]
 fn cel_rules_reject_impossible_arithmetic_with_their_message() {
     let ns = TestNamespace::new("cel");
-    let spec = |p: &str| format!(
-        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: bad}}\nspec:\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}}}\n  decode: {{parallelism: {p}}}\n"
-    );
+    let spec = |p: &str| {
+        format!(
+            "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: bad}}\nspec:\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}}}\n  decode: {{parallelism: {p}}}\n"
+        )
+    };
     let o = ns.apply(&spec("{tp: 8, dcp: 3}"));
     assert!(!o.status.success());
     let e = text(&o);
-    assert!(e.contains("spec.decode.parallelism.dcp") && e.contains("tensor_model_parallel_size must be divisible by decode_context_parallel_size"), "{e}");
+    assert!(
+        e.contains("spec.decode.parallelism.dcp")
+            && e.contains("tensor_model_parallel_size must be divisible by decode_context_parallel_size"),
+        "{e}"
+    );
     let o = ns.apply(&spec("{tp: 8, attnDp: 3}"));
     assert!(text(&o).contains("tp_size must be divisible by attn_dp_size * attn_cp_size"), "{}", text(&o));
     let o = ns.apply(&spec("{tp: 8, dp: 2, attnDp: 2}"));
@@ -90,7 +102,14 @@ fn deleting_a_pddeployment_garbage_collects_owned_children() {
 #[test]
 fn kwok_gpu_nodes_run_a_pod_that_requests_eight_gpus() {
     let c = cluster();
-    let o = c.kubectl(&["get", "nodes", "-l", "type=kwok", "-o", "jsonpath={range .items[*]}{.status.allocatable.nvidia\\.com/gpu}{\"\\n\"}{end}"]);
+    let o = c.kubectl(&[
+        "get",
+        "nodes",
+        "-l",
+        "type=kwok",
+        "-o",
+        "jsonpath={range .items[*]}{.status.allocatable.nvidia\\.com/gpu}{\"\\n\"}{end}",
+    ]);
     let gpus: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect();
     assert!(!gpus.is_empty() && gpus.iter().all(|g| g == "8"), "{gpus:?}");
     let ns = TestNamespace::new("gpu");

@@ -35,7 +35,12 @@ fn start_private_cluster() -> Cluster {
     // Stop the cluster when this test process ends, however it ends.
     Command::new("sh")
         .arg("-c")
-        .arg(format!("while kill -0 {} 2>/dev/null; do sleep 1; done; PD_CLUSTER_DIR='{}' '{}' down", std::process::id(), dir.display(), repo().join("hack/cluster.sh").display()))
+        .arg(format!(
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; PD_CLUSTER_DIR='{}' '{}' down",
+            std::process::id(),
+            dir.display(),
+            repo().join("hack/cluster.sh").display()
+        ))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
