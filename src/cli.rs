@@ -56,6 +56,29 @@ pub enum Command {
     /// SGLang's decode-side bootstrap handshake.
     #[command(subcommand)]
     Handshake(HandshakeCommand),
+    /// Run the controller: reconcile PDDeployments into engine pods, services and a router.
+    Controller(ControllerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ControllerArgs {
+    /// Address of the admin server (/livez, /readyz, /metrics).
+    #[arg(long, env = "PD_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: std::net::SocketAddr,
+    /// Watch only this namespace (default: all).
+    #[arg(long, env = "PD_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// pd-operator's own image (handshake sidecar, `sim` engine).
+    #[arg(long, env = "PD_OPERATOR_IMAGE", default_value_t = render::default_operator_image())]
+    pub operator_image: String,
+    /// Elect a leader through a Lease so several replicas can run.
+    #[arg(long, env = "PD_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    #[arg(long, default_value = "pd-operator-leader")]
+    pub lease_name: String,
 }
 
 #[derive(Args, Debug)]
@@ -112,7 +135,51 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => run_validate(args),
         Command::Render(args) => run_render(args),
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
+        Command::Controller(args) => run_controller(args),
     }
+}
+
+/// A multi-threaded runtime; worker stacks are roomy because rendered pods are large structs.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(8 << 20).build()
+}
+
+fn run_controller(args: ControllerArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
+    };
+    rt.block_on(async move {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: cannot reach the Kubernetes API (KUBECONFIG or in-cluster config): {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
+        let settings = crate::controller::Settings {
+            admin_addr: args.admin_addr,
+            render: RenderOptions { operator_image: args.operator_image, default_namespace: "default".into() },
+            namespace: args.namespace,
+            leader_election: args.leader_elect.then_some(crate::controller::LeaderSettings {
+                namespace: args.leader_election_namespace,
+                lease: args.lease_name,
+                identity,
+            }),
+        };
+        match crate::controller::run(client, settings).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "controller failed");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "pd-operator".into())
 }
 
 fn input_error(message: impl std::fmt::Display) -> ExitCode {

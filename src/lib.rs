@@ -1,5 +1,6 @@
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod handshake;
 pub mod manifest;
 pub mod model;

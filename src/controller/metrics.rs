@@ -1,0 +1,98 @@
+//! Prometheus metrics and the admin HTTP server (`/livez`, `/readyz`, `/metrics`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub verb: String,
+    pub resource: String,
+}
+
+pub struct Metrics {
+    pub reconciles: Counter,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub duration: Histogram,
+    pub managed: Gauge,
+    pub writes: Family<WriteLabels, Counter>,
+    pub leader: Gauge,
+    registry: Registry,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("pd_operator");
+        let reconciles = Counter::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        let managed = Gauge::default();
+        let writes = Family::<WriteLabels, Counter>::default();
+        let leader = Gauge::default();
+        registry.register("reconcile", "Reconciles run", reconciles.clone());
+        registry.register("reconcile_errors", "Reconcile errors by kind", errors.clone());
+        registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
+        registry.register("managed_pddeployments", "PDDeployments this controller reconciles", managed.clone());
+        registry.register("api_writes", "Writes this controller sent to the API server", writes.clone());
+        registry.register("leader", "1 while this replica holds the leader lease", leader.clone());
+        Self { reconciles, errors, duration, managed, writes, leader, registry }
+    }
+}
+
+impl Metrics {
+    pub fn write(&self, verb: &str, resource: &str) {
+        self.writes.get_or_create(&WriteLabels { verb: verb.into(), resource: resource.into() }).inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[derive(Clone)]
+pub struct AdminState {
+    pub metrics: Arc<Metrics>,
+    pub ready: Arc<AtomicBool>,
+}
+
+async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+}
+
+async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "starting") }
+}
+
+pub async fn serve(
+    addr: SocketAddr,
+    state: AdminState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "admin server listening (/livez, /readyz, /metrics)");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}

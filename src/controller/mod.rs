@@ -1,0 +1,433 @@
+//! The reconciler: read → validate → render (pure) → plan (pure) → apply → status.
+
+pub mod leader;
+pub mod metrics;
+pub mod plan;
+pub mod status;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::api::PDDeployment;
+use crate::model::{self, HfConfig};
+use crate::render::{self, LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions, Rendered};
+use crate::validate::{self, Role, Severity};
+use metrics::{AdminState, Metrics};
+use plan::{DeleteReason, ObservedPod};
+
+pub const FIELD_MANAGER: &str = "pd-operator";
+const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
+const RESYNC: Duration = Duration::from_secs(300);
+const BACKOFF_BASE: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("render: {0}")]
+    Render(#[from] RenderError),
+    #[error("{0} has no namespace or name")]
+    Unnamed(&'static str),
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "client",
+            Error::Render(_) => "render",
+            Error::Unnamed(_) => "unnamed",
+        }
+    }
+}
+
+/// Settings of `pd-operator controller`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub admin_addr: SocketAddr,
+    pub render: RenderOptions,
+    /// Watch one namespace, or all when None.
+    pub namespace: Option<String>,
+    pub leader_election: Option<LeaderSettings>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaderSettings {
+    pub namespace: String,
+    pub lease: String,
+    pub identity: String,
+}
+
+pub struct Context {
+    client: Client,
+    recorder: Recorder,
+    render: RenderOptions,
+    metrics: Arc<Metrics>,
+    /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
+    backoff: Mutex<HashMap<String, (u32, Instant)>>,
+}
+
+fn digest<T: Serialize>(obj: &T) -> String {
+    let bytes = serde_json::to_vec(obj).unwrap_or_default();
+    Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.uid == uid)
+}
+
+impl Context {
+    async fn event(&self, pdd: &PDDeployment, type_: EventType, reason: &str, action: &str, note: String) {
+        let ev =
+            Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&ev, &pdd.object_ref(&())).await {
+            warn!(error = %e, reason, "could not publish event");
+        }
+    }
+
+    /// Applies each support object whose desired content changed, then deletes leftovers.
+    async fn sync_children<K>(&self, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        let existing = api.list(&ListParams::default().labels(&format!("{LABEL_DEPLOYMENT}={name},{MANAGED_BY}={OPERATOR}"))).await?;
+        let mut current = Vec::new();
+        for want in desired {
+            let mut want = want.clone();
+            let hash = digest(&want);
+            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
+            let wname = want.meta().name.clone().unwrap_or_default();
+            let have = existing.items.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
+            if have.and_then(|h| h.meta().annotations.as_ref()).and_then(|a| a.get(APPLIED_HASH)) == Some(&hash) {
+                current.push(have.cloned().unwrap_or(want));
+                continue;
+            }
+            self.metrics.write("apply", K::plural(&()).as_ref());
+            let applied = api.patch(&wname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&want)).await?;
+            current.push(applied);
+        }
+        for leftover in existing.items.iter().filter(|e| owned_by(e.meta(), uid)) {
+            let lname = leftover.meta().name.clone().unwrap_or_default();
+            if !desired.iter().any(|d| d.meta().name.as_deref() == Some(lname.as_str())) {
+                self.metrics.write("delete", K::plural(&()).as_ref());
+                api.delete(&lname, &DeleteParams::background()).await?;
+            }
+        }
+        Ok(current)
+    }
+
+    /// How long an instance must still wait before it may be recreated again.
+    fn backoff_remaining(&self, key: &str) -> Option<Duration> {
+        let map = self.backoff.lock().ok()?;
+        let (attempts, last) = map.get(key)?;
+        let delay = BACKOFF_BASE.saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(BACKOFF_MAX);
+        delay.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+    }
+
+    fn note_recreate(&self, key: String) -> u32 {
+        let mut map = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        let e = map.entry(key).or_insert((0, Instant::now()));
+        e.0 += 1;
+        e.1 = Instant::now();
+        e.0
+    }
+}
+
+async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<Option<HfConfig>, String> {
+    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(None) };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = api.get_opt(&r.name).await.map_err(|e| format!("reading ConfigMap {}: {e}", r.name))?;
+    let cm = cm.ok_or_else(|| format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name))?;
+    let text = cm.data.as_ref().and_then(|d| d.get(&r.key)).ok_or_else(|| format!("ConfigMap {} has no key {:?}", r.name, r.key))?;
+    HfConfig::parse(text).map(Some).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key))
+}
+
+async fn write_status(
+    ctx: &Context,
+    pdd: &PDDeployment,
+    ns: &str,
+    name: &str,
+    status: crate::api::PDDeploymentStatus,
+) -> Result<(), Error> {
+    if pdd.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<PDDeployment> = Api::namespaced(ctx.client.clone(), ns);
+    let body = serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "status": status});
+    ctx.metrics.write("apply", "pddeployments/status");
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    Ok(())
+}
+
+async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let pdd = match &guard.0 {
+        Ok(p) => p,
+        Err(invalid) => {
+            warn!(object = ?invalid.metadata.name, error = %invalid.error, "skipping a PDDeployment that does not deserialize");
+            return Ok(Action::await_change());
+        }
+    };
+    let (Some(ns), Some(name), Some(uid)) = (pdd.namespace(), pdd.metadata.name.clone(), pdd.metadata.uid.clone()) else {
+        return Err(Error::Unnamed("PDDeployment"));
+    };
+    let span = info_span!("reconcile", pdd = %format!("{ns}/{name}"), generation = pdd.metadata.generation);
+    async move {
+        ctx.metrics.reconciles.inc();
+        if pdd.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::await_change());
+        }
+        let client = ctx.client.clone();
+        let now = Time(jiff::Timestamp::now());
+
+        // Validate: the same rules as `pd-operator validate` and the webhook.
+        let config = model_config(&client, pdd, &ns).await;
+        let facts = model::resolve(&pdd.spec.model, config.as_ref().ok().and_then(Option::as_ref));
+        let mut problems: Vec<String> = validate::validate_with_facts(&name, &pdd.spec, &facts)
+            .into_iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| format!("{}: {} (fix: {})", f.field, f.message, f.fix))
+            .collect();
+        if let Err(e) = &config {
+            problems.push(format!("spec.model.configMapRef: {e}"));
+        }
+        let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let selector = format!("{LABEL_DEPLOYMENT}={name},{MANAGED_BY}={OPERATOR}");
+        let pods = pods_api.list(&ListParams::default().labels(&selector)).await?;
+        let observed: Vec<ObservedPod> =
+            pods.items.iter().filter(|p| owned_by(&p.metadata, &uid)).filter_map(ObservedPod::from_pod).collect();
+        if !problems.is_empty() {
+            let message = problems.join("; ");
+            let was_invalid = pdd
+                .status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.status == "False" && c.message == message));
+            if !was_invalid {
+                ctx.event(pdd, EventType::Warning, "InvalidSpec", "Validate", message.clone()).await;
+            }
+            let inputs = status::StatusInputs {
+                pdd,
+                validation: Err(message),
+                observed: &observed,
+                nodes: (render::nodes_per_instance(&pdd.spec.prefill), render::nodes_per_instance(&pdd.spec.decode)),
+                revisions: ("", ""),
+                router_ready: None,
+                degraded: None,
+                now,
+            };
+            write_status(&ctx, pdd, &ns, &name, status::compute(&inputs)).await?;
+            return Ok(Action::await_change());
+        }
+
+        // Render, then bring the support objects to the rendered state.
+        let Rendered { services, config_maps, pods: desired_pods, deployments } = render::render(pdd, &facts, &ctx.render)?;
+        ctx.sync_children(&ns, &name, &uid, &services).await?;
+        ctx.sync_children(&ns, &name, &uid, &config_maps).await?;
+        let routers = ctx.sync_children(&ns, &name, &uid, &deployments).await?;
+        let router_ready =
+            pdd.spec.router.enabled.then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0));
+
+        // Plan pods: create missing instances, recreate broken ones, roll outdated ones.
+        let plan = plan::plan(&desired_pods, &observed, pdd.spec.rollout.max_unavailable.max(1) as u32);
+        let mut requeue = RESYNC;
+        let mut degraded = None;
+        for d in &plan.deletes {
+            let key = format!("{ns}/{name}/{}/{}", d.role.as_str(), d.instance);
+            if d.reason == DeleteReason::Recreate {
+                if let Some(wait) = ctx.backoff_remaining(&key) {
+                    degraded = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
+                    requeue = requeue.min(wait + Duration::from_millis(100));
+                    continue;
+                }
+                let attempt = ctx.note_recreate(key);
+                degraded = Some(d.why.clone());
+                ctx.event(
+                    pdd,
+                    EventType::Warning,
+                    "InstanceRecreated",
+                    "Recreate",
+                    format!("{}: recreating {} instance {} (attempt {attempt})", d.why, d.role.as_str(), d.instance),
+                )
+                .await;
+            } else {
+                let (reason, action) = match d.reason {
+                    DeleteReason::ScaleDown => ("InstanceDeleted", "ScaleDown"),
+                    _ => ("RolloutStep", "Rollout"),
+                };
+                ctx.event(pdd, EventType::Normal, reason, action, d.why.clone()).await;
+            }
+            for pod in &d.pods {
+                ctx.metrics.write("delete", "pods");
+                match pods_api.delete(pod, &DeleteParams::background()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        for (role, instance, group) in &plan.creates {
+            for pod in group {
+                let pname = pod.metadata.name.clone().unwrap_or_default();
+                ctx.metrics.write("apply", "pods");
+                pods_api.patch(&pname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(pod)).await?;
+            }
+            ctx.event(
+                pdd,
+                EventType::Normal,
+                "InstanceCreated",
+                "Create",
+                format!("created {} instance {instance} ({} pods)", role.as_str(), group.len()),
+            )
+            .await;
+        }
+        if !plan.creates.is_empty() || !plan.deletes.is_empty() {
+            requeue = requeue.min(Duration::from_secs(2));
+        }
+
+        let revisions =
+            (render::role_revision(&pdd.spec, Role::Prefill, &ctx.render), render::role_revision(&pdd.spec, Role::Decode, &ctx.render));
+        let inputs = status::StatusInputs {
+            pdd,
+            validation: Ok(()),
+            observed: &observed,
+            nodes: (render::nodes_per_instance(&pdd.spec.prefill), render::nodes_per_instance(&pdd.spec.decode)),
+            revisions: (&revisions.0, &revisions.1),
+            router_ready,
+            degraded,
+            now,
+        };
+        write_status(&ctx, pdd, &ns, &name, status::compute(&inputs)).await?;
+        Ok(Action::requeue(requeue))
+    }
+    .instrument(span)
+    .await
+}
+
+fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc<Context>) -> Action {
+    warn!(error = %err, "reconcile failed");
+    ctx.metrics.errors.get_or_create(&metrics::ErrorLabels { kind: err.metric_label().into() }).inc();
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Runs the controller until SIGTERM/SIGINT, or until leadership is lost.
+pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = {
+        let rx = stop_rx.clone();
+        move || {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        }
+    };
+    tokio::spawn({
+        let tx = stop_tx.clone();
+        async move {
+            shutdown_signal().await;
+            info!("shutdown signal received");
+            let _ = tx.send(true);
+        }
+    });
+    let admin = tokio::spawn(metrics::serve(settings.admin_addr, AdminState { metrics: metrics.clone(), ready: ready.clone() }, stopped()));
+
+    if let Some(le) = &settings.leader_election {
+        let elector = leader::LeaderElector::new(client.clone(), &le.namespace, &le.lease, &le.identity, Duration::from_secs(15));
+        ready.store(true, Ordering::Relaxed);
+        tokio::select! {
+            r = elector.acquire() => r?,
+            _ = stopped() => return Ok(()),
+        }
+        metrics.leader.set(1);
+        let tx = stop_tx.clone();
+        tokio::spawn(async move {
+            let why = elector.hold().await;
+            tracing::error!(error = %why, "leadership lost; stopping");
+            let _ = tx.send(true);
+        });
+    }
+
+    let guarded: Api<DeserializeGuard<PDDeployment>> = match &settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY}={OPERATOR}"));
+    let child_api = |c: &Client| -> (Api<Pod>, Api<Service>, Api<ConfigMap>, Api<Deployment>) {
+        match &settings.namespace {
+            Some(ns) => (
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+            ),
+            None => (Api::all(c.clone()), Api::all(c.clone()), Api::all(c.clone()), Api::all(c.clone())),
+        }
+    };
+    let (pods, services, config_maps, deployments) = child_api(&client);
+    let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        render: settings.render.clone(),
+        metrics: metrics.clone(),
+        backoff: Mutex::new(HashMap::new()),
+    });
+    ready.store(true, Ordering::Relaxed);
+    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");
+    Controller::new(guarded, watcher::Config::default().any_semantic())
+        .owns(pods, managed.clone())
+        .owns(services, managed.clone())
+        .owns(config_maps, managed.clone())
+        .owns(deployments, managed)
+        .graceful_shutdown_on(stopped())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = admin.await;
+    info!("controller stopped");
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! Pure status computation. Condition timestamps change only on a real transition, so a
+//! reconcile that observes nothing new produces an identical status (and writes nothing).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::plan::ObservedPod;
+use crate::api::{Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
+use crate::render::{self, DIST_INIT_PORT};
+use crate::validate::Role;
+
+pub const READY: &str = "Ready";
+pub const VALIDATED: &str = "Validated";
+pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+pub const PREFILL_AVAILABLE: &str = "PrefillAvailable";
+pub const DECODE_AVAILABLE: &str = "DecodeAvailable";
+pub const HANDSHAKE_READY: &str = "HandshakeReady";
+
+/// Everything the status is computed from.
+pub struct StatusInputs<'a> {
+    pub pdd: &'a PDDeployment,
+    /// `Err(message)` when the spec failed validation.
+    pub validation: Result<(), String>,
+    pub observed: &'a [ObservedPod],
+    /// Pods per instance of each role, from the rendered layout.
+    pub nodes: (u32, u32),
+    /// Revision each role should run.
+    pub revisions: (&'a str, &'a str),
+    /// Ready router replicas, or None when the router is disabled.
+    pub router_ready: Option<i32>,
+    /// Why an instance is being recreated right now, if one is.
+    pub degraded: Option<String>,
+    pub now: Time,
+}
+
+struct RoleCount {
+    replicas: i32,
+    ready: i32,
+    updated: i32,
+}
+
+fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
+    let spec = match role {
+        Role::Prefill => &inputs.pdd.spec.prefill,
+        Role::Decode => &inputs.pdd.spec.decode,
+    };
+    let (nodes, revision) = match role {
+        Role::Prefill => (inputs.nodes.0, inputs.revisions.0),
+        Role::Decode => (inputs.nodes.1, inputs.revisions.1),
+    };
+    let replicas = spec.replicas.max(0);
+    let (mut ready, mut updated) = (0, 0);
+    for i in 0..replicas as u32 {
+        let pods: Vec<&ObservedPod> = inputs.observed.iter().filter(|p| p.role == role && p.instance == i && !p.deleting).collect();
+        let complete = pods.len() == nodes as usize;
+        if complete && pods.iter().all(|p| p.containers_ready && p.phase == "Running") {
+            ready += 1;
+        }
+        if complete && pods.iter().all(|p| p.revision == revision) {
+            updated += 1;
+        }
+    }
+    RoleCount { replicas, ready, updated }
+}
+
+fn cond(type_: &str, ok: Option<bool>, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: match ok {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        }
+        .into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
+fn availability(role: Role, c: &RoleCount, max_unavailable: i32) -> (Option<bool>, &'static str, String) {
+    let name = role.as_str();
+    if c.replicas == 0 {
+        return (Some(false), "ScaledToZero", format!("{name} has 0 replicas"));
+    }
+    let needed = (c.replicas - max_unavailable).max(1);
+    if c.ready >= needed {
+        (Some(true), "MinimumInstancesAvailable", format!("{} of {} {name} instances ready", c.ready, c.replicas))
+    } else {
+        (Some(false), "InstancesNotReady", format!("{} of {} {name} instances ready; {needed} needed", c.ready, c.replicas))
+    }
+}
+
+fn handshake(observed: &[ObservedPod]) -> (Option<bool>, String, String) {
+    let decode: Vec<&ObservedPod> = observed.iter().filter(|p| p.role == Role::Decode && !p.deleting).collect();
+    if decode.is_empty() {
+        return (None, "NoDecodePods".into(), "no decode pod runs yet".into());
+    }
+    if let Some(p) = decode.iter().find(|p| p.handshake.as_ref().is_some_and(|h| !h.passed)) {
+        let h = p.handshake.as_ref().unwrap();
+        let reason = if h.reason.is_empty() { "HandshakeFailed".to_owned() } else { h.reason.clone() };
+        return (Some(false), reason, format!("{}: {}", p.name, h.message));
+    }
+    let pending: Vec<&str> = decode.iter().filter(|p| p.handshake.is_none()).map(|p| p.name.as_str()).collect();
+    if !pending.is_empty() {
+        return (None, "WaitingForHandshake".into(), format!("no handshake result yet from {}", pending.join(", ")));
+    }
+    (
+        Some(true),
+        "HandshakeSucceeded".into(),
+        format!("all {} decode pods passed SGLang's bootstrap handshake against every prefill", decode.len()),
+    )
+}
+
+fn endpoints(pdd: &PDDeployment) -> Endpoints {
+    let name = pdd.metadata.name.clone().unwrap_or_default();
+    let ns = pdd.metadata.namespace.clone().unwrap_or_default();
+    let port = crate::api::DEFAULT_HTTP_PORT;
+    let instances = |role: Role, replicas: i32, bootstrap: bool| -> Vec<InstanceEndpoint> {
+        (0..replicas.max(0) as u32)
+            .map(|i| InstanceEndpoint {
+                instance: i,
+                http: format!("http://{}:{port}", render::leader_host(&name, &ns, role, i)),
+                bootstrap: bootstrap.then(|| render::bootstrap_address(&name, &ns, i, pdd.spec.kv_transfer.bootstrap_port)),
+            })
+            .collect()
+    };
+    let _ = DIST_INIT_PORT;
+    Endpoints {
+        router: pdd.spec.router.enabled.then(|| format!("http://{}.{ns}.svc:{}", render::router_name(&name), pdd.spec.router.port)),
+        prefill: instances(Role::Prefill, pdd.spec.prefill.replicas, true),
+        decode: instances(Role::Decode, pdd.spec.decode.replicas, false),
+    }
+}
+
+/// Carries lastTransitionTime over from `previous` when a condition's status did not change.
+fn merge(previous: &[Condition], mut next: Vec<Condition>, now: &Time, generation: Option<i64>) -> Vec<Condition> {
+    for c in &mut next {
+        c.observed_generation = generation;
+        c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+    }
+    next
+}
+
+pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
+    let pdd = inputs.pdd;
+    let generation = pdd.metadata.generation;
+    let previous = pdd.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let (p, d) = (count(inputs, Role::Prefill), count(inputs, Role::Decode));
+    let max_unavailable = pdd.spec.rollout.max_unavailable.max(1);
+    let mut conditions = Vec::new();
+    let valid = inputs.validation.is_ok();
+    conditions.push(match &inputs.validation {
+        Ok(()) => cond(VALIDATED, Some(true), "Valid", "the spec passes every SGLang 0.5.23 rule pd-operator knows".into()),
+        Err(m) => cond(VALIDATED, Some(false), "InvalidSpec", m.clone()),
+    });
+    let (pa, pr, pm) = availability(Role::Prefill, &p, max_unavailable);
+    let (da, dr, dm) = availability(Role::Decode, &d, max_unavailable);
+    conditions.push(cond(PREFILL_AVAILABLE, pa, pr, pm));
+    conditions.push(cond(DECODE_AVAILABLE, da, dr, dm));
+    let (ha, hr, hm) = handshake(inputs.observed);
+    conditions.push(cond(HANDSHAKE_READY, ha, &hr, hm));
+    let converged = p.updated == p.replicas && d.updated == d.replicas && p.ready == p.replicas && d.ready == d.replicas;
+    let extra = inputs.observed.iter().any(|o| {
+        let replicas = if o.role == Role::Prefill { p.replicas } else { d.replicas };
+        o.instance as i32 >= replicas
+    });
+    conditions.push(if !valid {
+        cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into())
+    } else if converged && !extra {
+        cond(PROGRESSING, Some(false), "Complete", "every instance runs the current revision and is ready".into())
+    } else {
+        cond(
+            PROGRESSING,
+            Some(true),
+            "InstancesUpdating",
+            format!(
+                "prefill {}/{} updated, {} ready; decode {}/{} updated, {} ready",
+                p.updated, p.replicas, p.ready, d.updated, d.replicas, d.ready
+            ),
+        )
+    });
+    conditions.push(match &inputs.degraded {
+        Some(why) => cond(DEGRADED, Some(true), "InstanceRecreated", why.clone()),
+        None if !valid => cond(DEGRADED, Some(true), "InvalidSpec", "the spec is invalid; see the Validated condition".into()),
+        None => cond(DEGRADED, Some(false), "AsExpected", "no instance is failing".into()),
+    });
+    let router_ok = inputs.router_ready.is_none_or(|r| r > 0);
+    let all = valid && pa == Some(true) && da == Some(true) && ha == Some(true) && router_ok;
+    let not_ready_because = if !valid {
+        "InvalidSpec"
+    } else if pa != Some(true) {
+        "PrefillUnavailable"
+    } else if da != Some(true) {
+        "DecodeUnavailable"
+    } else if ha != Some(true) {
+        "HandshakePending"
+    } else {
+        "RouterUnavailable"
+    };
+    conditions.push(if all {
+        cond(READY, Some(true), "Ready", "prefill and decode serve, every decode passed the handshake, the router is up".into())
+    } else {
+        cond(READY, Some(false), not_ready_because, "see the other conditions".into())
+    });
+    let role_status = |c: &RoleCount| RoleStatus {
+        replicas: c.replicas,
+        ready_replicas: c.ready,
+        updated_replicas: c.updated,
+        ready: format!("{}/{}", c.ready, c.replicas),
+    };
+    PDDeploymentStatus {
+        observed_generation: generation,
+        conditions: merge(&previous, conditions, &inputs.now, generation),
+        prefill: role_status(&p),
+        decode: role_status(&d),
+        endpoints: valid.then(|| endpoints(pdd)),
+        rank_map: pdd.status.as_ref().map(|s| s.rank_map.clone()).unwrap_or_default(),
+    }
+}
