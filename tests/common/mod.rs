@@ -23,6 +23,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+// The watchdog is meant to outlive this process, so it is never waited for.
+#[allow(clippy::zombie_processes)]
 fn start_private_cluster() -> Cluster {
     let dir = std::env::temp_dir().join(format!("pd-e2e-{}", std::process::id()));
     let out = Command::new(repo().join("hack/cluster.sh"))
