@@ -156,3 +156,93 @@ pub fn text(o: &Output) -> String {
 pub fn repo_path(p: &str) -> PathBuf {
     repo().join(p)
 }
+
+/// `pd-operator controller` as a host process scoped to one namespace; killed on drop.
+pub struct ControllerProcess {
+    child: Option<std::process::Child>,
+    pub admin_port: u16,
+    pub log: PathBuf,
+    namespace: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl ControllerProcess {
+    pub fn start(namespace: &str) -> Self {
+        let admin_port = free_port();
+        let log = std::env::temp_dir().join(format!("pd-controller-{namespace}-{admin_port}.log"));
+        let mut p = Self { child: None, admin_port, log, namespace: namespace.into() };
+        p.spawn();
+        p
+    }
+
+    fn spawn(&mut self) {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+            .args(["controller", "--namespace", &self.namespace, "--leader-election-namespace", &self.namespace])
+            .args(["--admin-addr", &format!("127.0.0.1:{}", self.admin_port), "--operator-image", "pd-operator:e2e"])
+            .env("KUBECONFIG", &cluster().kubeconfig)
+            .env("PD_LOG_LEVEL", "info,pd_operator=debug")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start pd-operator controller");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(30), "the controller's /readyz", || {
+            self.get("/readyz").filter(|b| b == "ok").ok_or_else(|| self.log_tail())
+        });
+    }
+
+    /// Hard-kills the process (SIGKILL), as a node failure would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn get(&self, path: &str) -> Option<String> {
+        let o =
+            Command::new("curl").args(["-sf", "--max-time", "5", &format!("http://127.0.0.1:{}{path}", self.admin_port)]).output().ok()?;
+        o.status.success().then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    /// Sum of `pd_operator_api_writes_total` over all verbs and resources.
+    pub fn api_writes(&self) -> u64 {
+        let text = self.get("/metrics").unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with("pd_operator_api_writes_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM first: the controller shuts down gracefully.
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            for _ in 0..50 {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The controller against a real control plane, as a host process per test.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{ControllerProcess, TestNamespace, cluster, repo_path, text, wait_for};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn names(ns: &TestNamespace, kind: &str, selector: &str) -> Result<BTreeSet<String>, String> {
+    let o =
+        cluster().kubectl(&["get", kind, "-n", &ns.name, "-l", selector, "-o", "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}"]);
+    if !o.status.success() {
+        return Err(text(&o));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect())
+}
+
+fn pods(ns: &TestNamespace, pdd: &str) -> Result<Vec<Value>, String> {
+    let o = cluster().kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        &ns.name,
+        "-l",
+        &format!("pd.inference.dev/deployment={pdd},pd.inference.dev/role in (prefill,decode)"),
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
+    Ok(v["items"].as_array().cloned().unwrap_or_default())
+}
+
+fn uids(ns: &TestNamespace, pdd: &str) -> BTreeMap<String, String> {
+    pods(ns, pdd)
+        .unwrap()
+        .iter()
+        .map(|p| (p["metadata"]["name"].as_str().unwrap().to_owned(), p["metadata"]["uid"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn running(p: &Value) -> bool {
+    p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
+}
+
+fn condition(ns: &TestNamespace, pdd: &str, type_: &str) -> Result<(String, String, String), String> {
+    let v = ns.get_json("pdd", pdd)?;
+    let c = v["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .ok_or_else(|| v["status"].to_string())?;
+    Ok((
+        c["status"].as_str().unwrap_or_default().into(),
+        c["reason"].as_str().unwrap_or_default().into(),
+        c["message"].as_str().unwrap_or_default().into(),
+    ))
+}
+
+fn wait_condition(ns: &TestNamespace, pdd: &str, type_: &str, status: &str) {
+    wait_for(WAIT, &format!("{pdd} condition {type_}={status}"), || {
+        let c = condition(ns, pdd, type_)?;
+        (c.0 == status)
+            .then_some(())
+            .ok_or_else(|| format!("{c:?}\n{}", ns.get_json("pdd", pdd).map(|v| v["status"].to_string()).unwrap_or_default()))
+    });
+}
+
+/// Names of each kind `pd-operator render` prints for an example.
+fn rendered(example: &str, ns: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+        .args(["render", "-f", repo_path(example).to_str().unwrap(), "-n", ns, "--operator-image", "pd-operator:e2e"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for doc in serde_norway::Deserializer::from_slice(&o.stdout) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v.is_null() {
+            continue;
+        }
+        out.entry(v["kind"].as_str().unwrap().to_owned()).or_default().insert(v["metadata"]["name"].as_str().unwrap().to_owned());
+    }
+    out
+}
+
+#[test]
+fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability() {
+    let ns = TestNamespace::new("create");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let want = rendered("examples/deepseek-v3-dcp.yaml", &ns.name);
+    assert!(ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml")).status.success());
+    let sel = "app.kubernetes.io/managed-by=pd-operator,pd.inference.dev/deployment=dsv3";
+    wait_for(WAIT, "the rendered objects to exist", || {
+        let got = BTreeMap::from([
+            ("ConfigMap".to_owned(), names(&ns, "configmaps", sel)?),
+            ("Deployment".to_owned(), names(&ns, "deployments", sel)?),
+            ("Pod".to_owned(), names(&ns, "pods", &format!("{sel},pd.inference.dev/role in (prefill,decode)"))?),
+            ("Service".to_owned(), names(&ns, "services", sel)?),
+        ]);
+        (got == want).then_some(()).ok_or_else(|| format!("want {want:?}\n got {got:?}"))
+    });
+    // The engine argv in the cluster is the argv render printed.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+        .args(["render", "-f", repo_path("examples/deepseek-v3-dcp.yaml").to_str().unwrap(), "-n", &ns.name])
+        .output()
+        .unwrap();
+    let rendered_text = String::from_utf8_lossy(&o.stdout);
+    for p in pods(&ns, "dsv3").unwrap() {
+        let args = p["spec"]["containers"][0]["args"].as_array().unwrap();
+        assert!(args.windows(2).any(|w| w[0] == "--dcp-size") || p["metadata"]["labels"]["pd.inference.dev/role"] == "prefill");
+        assert!(rendered_text.contains(&format!("name: {}", p["metadata"]["name"].as_str().unwrap())));
+    }
+    wait_for(WAIT, "every engine pod to run on a kwok GPU node", || {
+        let ps = pods(&ns, "dsv3")?;
+        let ok = ps.len() == 3 && ps.iter().all(|p| running(p) && p["spec"]["nodeName"].as_str().unwrap_or("").starts_with("kwok-gpu-"));
+        ok.then_some(()).ok_or_else(|| {
+            format!("{:?}", ps.iter().map(|p| (&p["metadata"]["name"], &p["status"]["phase"], &p["spec"]["nodeName"])).collect::<Vec<_>>())
+        })
+    });
+    wait_condition(&ns, "dsv3", "PrefillAvailable", "True");
+    wait_condition(&ns, "dsv3", "DecodeAvailable", "True");
+    let status = ns.get_json("pdd", "dsv3").unwrap()["status"].clone();
+    assert_eq!(status["prefill"]["readyReplicas"], 1);
+    assert_eq!(status["decode"]["readyReplicas"], 2);
+    assert_eq!(status["decode"]["ready"], "2/2");
+    assert_eq!(status["endpoints"]["prefill"][0]["bootstrap"], format!("dsv3-prefill-0-0.dsv3-prefill.{}.svc:8998", ns.name));
+    // Without a handshake sidecar result, the deployment is honestly not Ready.
+    assert_eq!(condition(&ns, "dsv3", "HandshakeReady").unwrap().0, "Unknown");
+    assert_eq!(condition(&ns, "dsv3", "Ready").unwrap().0, "False");
+}
+
+#[test]
+fn losing_one_pod_recreates_the_whole_multi_node_instance() {
+    let ns = TestNamespace::new("recreate");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/multi-node-prefill.yaml")).status.success());
+    wait_for(WAIT, "3 running pods", || {
+        let ps = pods(&ns, "r1")?;
+        (ps.len() == 3 && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
+    });
+    let before = uids(&ns, "r1");
+    assert!(cluster().kubectl(&["delete", "pod", "r1-prefill-0-1", "-n", &ns.name, "--wait=false"]).status.success());
+    wait_for(WAIT, "both pods of prefill instance 0 to be replaced and running", || {
+        let ps = pods(&ns, "r1")?;
+        let now: BTreeMap<String, String> = ps
+            .iter()
+            .map(|p| (p["metadata"]["name"].as_str().unwrap().to_owned(), p["metadata"]["uid"].as_str().unwrap().to_owned()))
+            .collect();
+        let replaced = ["r1-prefill-0-0", "r1-prefill-0-1"].iter().all(|n| now.get(*n).is_some_and(|u| Some(u) != before.get(*n)));
+        let decode_kept = now.get("r1-decode-0-0") == before.get("r1-decode-0-0");
+        (replaced && decode_kept && ps.len() == 3 && ps.iter().all(running))
+            .then_some(())
+            .ok_or_else(|| format!("before {before:?}\nnow {now:?}"))
+    });
+    let o =
+        cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}: {.note}{.message}{\"\\n\"}{end}"]);
+    let events = String::from_utf8_lossy(&o.stdout);
+    assert!(events.contains("InstanceRecreated: pod r1-prefill-0-1 disappeared"), "{events}");
+}
+
+fn scaled(replicas: u32) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: scale}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: {replicas}, parallelism: {{tp: 2}}}}\n  router: {{enabled: false}}\n"
+    )
+}
+
+#[test]
+fn scaling_decode_from_four_to_two_removes_exactly_two_instances() {
+    let ns = TestNamespace::new("scale");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(&scaled(4)).status.success());
+    wait_for(WAIT, "4 decode instances", || {
+        let n = names(&ns, "pods", "pd.inference.dev/role=decode")?;
+        (n.len() == 4).then_some(()).ok_or_else(|| format!("{n:?}"))
+    });
+    let before = uids(&ns, "scale");
+    assert!(ns.apply(&scaled(2)).status.success());
+    wait_for(WAIT, "decode instances 2 and 3 to be gone", || {
+        let ps = pods(&ns, "scale")?;
+        let left: BTreeSet<String> = ps
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        let want: BTreeSet<String> = ["scale-decode-0-0", "scale-decode-1-0", "scale-prefill-0-0"].iter().map(|s| s.to_string()).collect();
+        (left == want).then_some(()).ok_or_else(|| format!("{left:?}"))
+    });
+    let after = uids(&ns, "scale");
+    for n in ["scale-decode-0-0", "scale-decode-1-0", "scale-prefill-0-0"] {
+        assert_eq!(before.get(n), after.get(n), "{n} must survive the scale-down untouched");
+    }
+    wait_for(WAIT, "status decode 2/2", || {
+        let s = ns.get_json("pdd", "scale")?["status"]["decode"].clone();
+        (s["replicas"] == 2 && s["readyReplicas"] == 2).then_some(()).ok_or(s.to_string())
+    });
+    // A decode-only change leaves the handshake ConfigMap alone; scaling prefill updates its addresses.
+    assert!(ns.apply(&scaled(2).replace("prefill: {replicas: 1", "prefill: {replicas: 2")).status.success());
+    wait_for(WAIT, "the handshake ConfigMap to list two prefills", || {
+        let cm = ns.get_json("configmap", "scale-handshake")?;
+        let a = cm["data"]["prefill-addresses"].as_str().unwrap_or_default().lines().count();
+        (a == 2).then_some(()).ok_or(cm["data"].to_string())
+    });
+}
+
+fn rollout_spec(mem: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n"
+    )
+}
+
+fn all_updated(ns: &TestNamespace) -> Result<(), String> {
+    let v = ns.get_json("pdd", "roll")?;
+    let s = &v["status"];
+    let ok = s["observedGeneration"] == v["metadata"]["generation"]
+        && s["prefill"]["updatedReplicas"] == 2
+        && s["decode"]["updatedReplicas"] == 3
+        && s["prefill"]["readyReplicas"] == 2
+        && s["decode"]["readyReplicas"] == 3;
+    let ps = pods(ns, "roll")?;
+    let live: Vec<&Value> = ps.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).collect();
+    (ok && live.len() == 5).then_some(()).ok_or_else(|| format!("{s}\n{} live pods", live.len()))
+}
+
+#[test]
+fn a_spec_change_rolls_every_instance_and_survives_a_controller_restart() {
+    let ns = TestNamespace::new("rollout");
+    let mut ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(&rollout_spec("0.80")).status.success());
+    wait_for(WAIT, "the first revision to be ready", || all_updated(&ns));
+    let before = uids(&ns, "roll");
+    assert!(ns.apply(&rollout_spec("0.85")).status.success());
+    // Kill the controller as soon as the rollout has started, then start it again.
+    wait_for(WAIT, "the rollout to start", || {
+        let now = uids(&ns, "roll");
+        (now != before).then_some(()).ok_or_else(|| "no pod replaced yet".to_owned())
+    });
+    ctl.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    ctl.restart();
+    wait_for(Duration::from_secs(180), "every instance on the new revision", || all_updated(&ns));
+    let after = uids(&ns, "roll");
+    assert_eq!(after.len(), 5, "no duplicate or orphaned pods: {after:?}");
+    for (name, uid) in &before {
+        assert_ne!(after.get(name), Some(uid), "{name} was not rolled");
+    }
+    let mems: BTreeSet<String> = pods(&ns, "roll")
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["spec"]["containers"][0]["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .skip_while(|a| *a != "--mem-fraction-static")
+                .nth(1)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(mems, BTreeSet::from(["0.85".to_owned()]));
+    wait_condition(&ns, "roll", "Progressing", "False");
+}
+
+#[test]
+fn an_idle_controller_writes_nothing_for_sixty_seconds() {
+    let ns = TestNamespace::new("idle");
+    let ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/qwen3-gqa.yaml")).status.success());
+    wait_condition(&ns, "qwen3", "DecodeAvailable", "True");
+    wait_condition(&ns, "qwen3", "Progressing", "False");
+    std::thread::sleep(Duration::from_secs(5));
+    let before = ctl.api_writes();
+    assert!(before > 0, "the metric counts writes: {}", ctl.get("/metrics").unwrap_or_default());
+    std::thread::sleep(Duration::from_secs(60));
+    let after = ctl.api_writes();
+    assert_eq!(before, after, "writes while idle; log:\n{}", ctl.log_tail());
+}
+
+#[test]
+fn an_invalid_spec_is_reported_and_creates_nothing() {
+    let ns = TestNamespace::new("invalid");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/qwen-dcp2-mistake.yaml")).status.success());
+    wait_condition(&ns, "qwen-pd", "Validated", "False");
+    let (_, reason, message) = condition(&ns, "qwen-pd", "Validated").unwrap();
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("spec.decode.parallelism.dcp: PD decode DCP requires an MLA or hybrid-MLA KV pool."), "{message}");
+    assert!(names(&ns, "pods", "pd.inference.dev/deployment=qwen-pd").unwrap().is_empty());
+    assert_eq!(condition(&ns, "qwen-pd", "Ready").unwrap().1, "InvalidSpec");
+}
+
+#[test]
+fn deleting_the_pddeployment_removes_every_child() {
+    let ns = TestNamespace::new("delete");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml")).status.success());
+    let sel = "pd.inference.dev/deployment=dsv3";
+    wait_for(WAIT, "children", || {
+        let n = names(&ns, "pods", sel)?;
+        (n.len() >= 3).then_some(()).ok_or_else(|| format!("{n:?}"))
+    });
+    assert!(cluster().kubectl(&["delete", "pdd", "dsv3", "-n", &ns.name, "--wait=false"]).status.success());
+    wait_for(Duration::from_secs(150), "every child to be garbage-collected", || {
+        let left: Vec<String> = ["pods", "services", "configmaps", "deployments", "replicasets"]
+            .iter()
+            .flat_map(|k| names(&ns, k, sel).unwrap_or_default())
+            .collect();
+        left.is_empty().then_some(()).ok_or_else(|| format!("{left:?}"))
+    });
+}
