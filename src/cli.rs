@@ -57,7 +57,7 @@ pub enum Command {
     #[command(subcommand)]
     Handshake(HandshakeCommand),
     /// Run the controller: reconcile PDDeployments into engine pods, services and a router.
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -79,6 +79,30 @@ pub struct ControllerArgs {
     pub leader_election_namespace: String,
     #[arg(long, default_value = "pd-operator-leader")]
     pub lease_name: String,
+    /// Serve the validating admission webhook.
+    #[arg(long, env = "PD_WEBHOOK", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook: bool,
+    #[arg(long, env = "PD_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    pub webhook_addr: std::net::SocketAddr,
+    /// Directory with tls.crt and tls.key (e.g. from cert-manager); re-read when they change.
+    /// Without it the operator generates and rotates its own CA and certificate.
+    #[arg(long, env = "PD_WEBHOOK_CERT_DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// Secret that stores the self-managed CA and serving certificate.
+    #[arg(long, default_value = "pd-operator-webhook-tls")]
+    pub webhook_secret: String,
+    /// Namespace of that Secret (defaults to the leader-election namespace).
+    #[arg(long)]
+    pub webhook_secret_namespace: Option<String>,
+    /// ValidatingWebhookConfiguration whose caBundle the operator keeps current.
+    #[arg(long, default_value = "pd-operator")]
+    pub webhook_config: String,
+    /// DNS names in the serving certificate (default: pd-operator-webhook.<namespace>.svc).
+    #[arg(long, value_delimiter = ',')]
+    pub webhook_dns_names: Vec<String>,
+    /// IP addresses in the serving certificate (for a webhook reached by URL, e.g. 127.0.0.1).
+    #[arg(long, value_delimiter = ',')]
+    pub webhook_ip_sans: Vec<std::net::IpAddr>,
 }
 
 #[derive(Args, Debug)]
@@ -135,7 +159,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => run_validate(args),
         Command::Render(args) => run_render(args),
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
-        Command::Controller(args) => run_controller(args),
+        Command::Controller(args) => run_controller(*args),
     }
 }
 
@@ -158,7 +182,26 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
             }
         };
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
+        let secret_ns = args.webhook_secret_namespace.clone().unwrap_or_else(|| args.leader_election_namespace.clone());
+        let webhook = args.webhook.then(|| crate::webhook::WebhookSettings {
+            addr: args.webhook_addr,
+            certs: match args.webhook_cert_dir.clone() {
+                Some(dir) => crate::webhook::tls::CertSource::Files { dir },
+                None => crate::webhook::tls::CertSource::SelfManaged {
+                    dns_names: if args.webhook_dns_names.is_empty() {
+                        vec![format!("pd-operator-webhook.{secret_ns}.svc")]
+                    } else {
+                        args.webhook_dns_names.clone()
+                    },
+                    namespace: secret_ns,
+                    secret: args.webhook_secret.clone(),
+                    webhook_config: args.webhook_config.clone(),
+                    ips: args.webhook_ip_sans.clone(),
+                },
+            },
+        });
         let settings = crate::controller::Settings {
+            webhook,
             admin_addr: args.admin_addr,
             render: RenderOptions { operator_image: args.operator_image, default_namespace: "default".into() },
             namespace: args.namespace,

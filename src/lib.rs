@@ -7,3 +7,4 @@ pub mod model;
 pub mod render;
 pub mod telemetry;
 pub mod validate;
+pub mod webhook;

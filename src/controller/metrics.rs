@@ -34,7 +34,13 @@ pub struct Metrics {
     pub managed: Gauge,
     pub writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
+    pub admissions: Family<DecisionLabels, Counter>,
     registry: Registry,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub decision: String,
 }
 
 impl Default for Metrics {
@@ -46,19 +52,25 @@ impl Default for Metrics {
         let managed = Gauge::default();
         let writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
+        let admissions = Family::<DecisionLabels, Counter>::default();
+        registry.register("admission_reviews", "Admission reviews by decision", admissions.clone());
         registry.register("reconcile", "Reconciles run", reconciles.clone());
         registry.register("reconcile_errors", "Reconcile errors by kind", errors.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
         registry.register("managed_pddeployments", "PDDeployments this controller reconciles", managed.clone());
         registry.register("api_writes", "Writes this controller sent to the API server", writes.clone());
         registry.register("leader", "1 while this replica holds the leader lease", leader.clone());
-        Self { reconciles, errors, duration, managed, writes, leader, registry }
+        Self { reconciles, errors, duration, managed, writes, leader, admissions, registry }
     }
 }
 
 impl Metrics {
     pub fn write(&self, verb: &str, resource: &str) {
         self.writes.get_or_create(&WriteLabels { verb: verb.into(), resource: resource.into() }).inc();
+    }
+
+    pub fn admission(&self, decision: &str) {
+        self.admissions.get_or_create(&DecisionLabels { decision: decision.into() }).inc();
     }
 
     pub fn encode(&self) -> String {
@@ -72,6 +84,8 @@ impl Metrics {
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
+    /// True once the webhook listens (or when it is disabled).
+    pub webhook: Arc<AtomicBool>,
 }
 
 async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
@@ -79,7 +93,11 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "starting") }
+    if s.ready.load(Ordering::Relaxed) && s.webhook.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
 }
 
 pub async fn serve(

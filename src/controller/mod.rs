@@ -69,6 +69,7 @@ pub struct Settings {
     /// Watch one namespace, or all when None.
     pub namespace: Option<String>,
     pub leader_election: Option<LeaderSettings>,
+    pub webhook: Option<crate::webhook::WebhookSettings>,
 }
 
 #[derive(Clone, Debug)]
@@ -368,7 +369,21 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
             let _ = tx.send(true);
         }
     });
-    let admin = tokio::spawn(metrics::serve(settings.admin_addr, AdminState { metrics: metrics.clone(), ready: ready.clone() }, stopped()));
+    // Ready once the controller has started (or waits as a standby) and the webhook, if any, listens.
+    let webhook_listening = Arc::new(AtomicBool::new(settings.webhook.is_none()));
+    let admin_state = AdminState { metrics: metrics.clone(), ready: ready.clone(), webhook: webhook_listening.clone() };
+    let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stopped()));
+    // The webhook serves on every replica, leader or not, and outlives reconcile restarts.
+    if let Some(wh) = settings.webhook.clone() {
+        let (client, metrics, tx, done, listening) =
+            (client.clone(), metrics.clone(), stop_tx.clone(), stopped(), webhook_listening.clone());
+        tokio::spawn(async move {
+            if let Err(e) = crate::webhook::serve(client, wh, metrics, listening, done).await {
+                tracing::error!(error = %e, "the admission webhook could not start; stopping");
+                let _ = tx.send(true);
+            }
+        });
+    }
 
     if let Some(le) = &settings.leader_election {
         let elector = leader::LeaderElector::new(client.clone(), &le.namespace, &le.lease, &le.identity, Duration::from_secs(15));

@@ -163,17 +163,24 @@ pub struct ControllerProcess {
     pub admin_port: u16,
     pub log: PathBuf,
     namespace: String,
+    extra: Vec<String>,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl ControllerProcess {
+    /// The controller alone (no webhook), watching `namespace`.
     pub fn start(namespace: &str) -> Self {
+        Self::start_with(namespace, &["--webhook=false"])
+    }
+
+    pub fn start_with(namespace: &str, extra: &[&str]) -> Self {
         let admin_port = free_port();
         let log = std::env::temp_dir().join(format!("pd-controller-{namespace}-{admin_port}.log"));
-        let mut p = Self { child: None, admin_port, log, namespace: namespace.into() };
+        let mut p =
+            Self { child: None, admin_port, log, namespace: namespace.into(), extra: extra.iter().map(|s| s.to_string()).collect() };
         p.spawn();
         p
     }
@@ -183,6 +190,7 @@ impl ControllerProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_pd-operator"))
             .args(["controller", "--namespace", &self.namespace, "--leader-election-namespace", &self.namespace])
             .args(["--admin-addr", &format!("127.0.0.1:{}", self.admin_port), "--operator-image", "pd-operator:e2e"])
+            .args(&self.extra)
             .env("KUBECONFIG", &cluster().kubeconfig)
             .env("PD_LOG_LEVEL", "info,pd_operator=debug")
             .stdout(out.try_clone().unwrap())

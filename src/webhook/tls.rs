@@ -1,0 +1,277 @@
+//! Serving certificates for the webhook: a hot-swappable rustls resolver, certificates from
+//! files (cert-manager) re-read when they change, or a self-managed CA and serving certificate
+//! kept in a Secret with the CA patched into the ValidatingWebhookConfiguration.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use rustls::crypto::ring::sign::any_supported_type;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TlsError {
+    #[error("certificate PEM: {0}")]
+    Pem(String),
+    #[error("private key: {0}")]
+    Key(String),
+    #[error("generating a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+    #[error("reading {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("Kubernetes API ({what}): {source}")]
+    Kube { what: String, source: kube::Error },
+}
+
+pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().map_err(|e| TlsError::Pem(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem("no CERTIFICATE block".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Key(e.to_string()))?;
+    let signer = any_supported_type(&key).map_err(|e| TlsError::Key(e.to_string()))?;
+    Ok(CertifiedKey::new(certs, signer))
+}
+
+/// The certificate currently served; swapped in place on rotation, no restart.
+#[derive(Debug)]
+pub struct CertStore {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl CertStore {
+    pub fn new(key: CertifiedKey) -> Arc<Self> {
+        Arc::new(Self { current: RwLock::new(Arc::new(key)) })
+    }
+    pub fn swap(&self, key: CertifiedKey) {
+        if let Ok(mut cur) = self.current.write() {
+            *cur = Arc::new(key);
+        }
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.read().ok().map(|c| c.clone())
+    }
+}
+
+pub fn server_config(store: Arc<CertStore>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(store);
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// A CA and a serving certificate signed by it.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// Unix seconds after which the serving certificate is invalid.
+    pub not_after: i64,
+}
+
+const CA_DAYS: i64 = 3650;
+const LEAF_DAYS: i64 = 365;
+/// Renew the serving certificate this long before it expires.
+const RENEW_BEFORE: i64 = 30 * 86400;
+
+pub fn generate(dns_names: &[String], ips: &[IpAddr]) -> Result<Generated, TlsError> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+    let now = time::OffsetDateTime::now_utc();
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name.push(DnType::CommonName, "pd-operator webhook CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca.not_before = now - time::Duration::hours(1);
+    ca.not_after = now + time::Duration::days(CA_DAYS);
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let leaf_key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::new(dns_names.to_vec())?;
+    leaf.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    leaf.distinguished_name.push(DnType::CommonName, dns_names.first().cloned().unwrap_or_else(|| "pd-operator-webhook".into()));
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = now - time::Duration::hours(1);
+    let not_after = now + time::Duration::days(LEAF_DAYS);
+    leaf.not_after = not_after;
+    let cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok(Generated { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: leaf_key.serialize_pem(), not_after: not_after.unix_timestamp() })
+}
+
+/// Where the serving certificate comes from.
+#[derive(Clone, Debug)]
+pub enum CertSource {
+    /// `tls.crt`/`tls.key` in a directory (e.g. a cert-manager Secret volume); re-read on change.
+    Files { dir: PathBuf },
+    /// Generated and rotated by the operator, stored in a Secret; the CA is patched into the
+    /// named ValidatingWebhookConfiguration.
+    SelfManaged { namespace: String, secret: String, webhook_config: String, dns_names: Vec<String>, ips: Vec<IpAddr> },
+}
+
+fn file_state(dir: &std::path::Path) -> Option<(SystemTime, SystemTime)> {
+    let m = |f: &str| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok();
+    Some((m("tls.crt")?, m("tls.key")?))
+}
+
+fn load_files(dir: &std::path::Path) -> Result<CertifiedKey, TlsError> {
+    let read = |f: &str| std::fs::read(dir.join(f)).map_err(|source| TlsError::Io { path: dir.join(f), source });
+    certified_key(&read("tls.crt")?, &read("tls.key")?)
+}
+
+const EXPIRY_ANNOTATION: &str = "pd.inference.dev/not-after";
+
+fn secret_bundle(s: &Secret) -> Option<Generated> {
+    let d = s.data.as_ref()?;
+    let text = |k: &str| d.get(k).map(|b| String::from_utf8_lossy(&b.0).into_owned());
+    Some(Generated {
+        ca_pem: text("ca.crt")?,
+        cert_pem: text("tls.crt")?,
+        key_pem: text("tls.key")?,
+        not_after: s.annotations().get(EXPIRY_ANNOTATION)?.parse().ok()?,
+    })
+}
+
+fn kube_err(what: &str) -> impl FnOnce(kube::Error) -> TlsError + '_ {
+    move |source| TlsError::Kube { what: what.into(), source }
+}
+
+/// Returns a valid bundle from the Secret, generating (and storing) a new one when it is
+/// missing or close to expiry.
+async fn ensure_secret(client: &Client, ns: &str, name: &str, dns: &[String], ips: &[IpAddr]) -> Result<Generated, TlsError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let existing = api.get_opt(name).await.map_err(kube_err("read webhook Secret"))?;
+    let now = jiff::Timestamp::now().as_second();
+    if let Some(bundle) = existing.as_ref().and_then(secret_bundle).filter(|b| b.not_after - now > RENEW_BEFORE) {
+        return Ok(bundle);
+    }
+    let fresh = generate(dns, ips)?;
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": ns, "annotations": {EXPIRY_ANNOTATION: fresh.not_after.to_string()},
+                     "labels": {"app.kubernetes.io/managed-by": "pd-operator"}},
+        "data": {
+            "ca.crt": ByteString(fresh.ca_pem.clone().into_bytes()),
+            "tls.crt": ByteString(fresh.cert_pem.clone().into_bytes()),
+            "tls.key": ByteString(fresh.key_pem.clone().into_bytes()),
+        }
+    });
+    api.patch(name, &PatchParams::apply("pd-operator").force(), &Patch::Apply(&secret)).await.map_err(kube_err("write webhook Secret"))?;
+    tracing::info!(secret = %format!("{ns}/{name}"), "generated a new webhook CA and serving certificate");
+    Ok(fresh)
+}
+
+/// Writes the CA into every webhook of the configuration whose caBundle differs.
+async fn patch_ca_bundle(client: &Client, config: &str, ca_pem: &str) -> Result<(), TlsError> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let Some(vwc) = api.get_opt(config).await.map_err(kube_err("read ValidatingWebhookConfiguration"))? else {
+        tracing::warn!(config, "ValidatingWebhookConfiguration not found; caBundle not patched yet");
+        return Ok(());
+    };
+    let ca = ByteString(ca_pem.as_bytes().to_vec());
+    let mut webhooks = vwc.webhooks.clone().unwrap_or_default();
+    let mut changed = false;
+    for w in &mut webhooks {
+        if w.client_config.ca_bundle.as_ref() != Some(&ca) {
+            w.client_config.ca_bundle = Some(ca.clone());
+            changed = true;
+        }
+    }
+    if changed {
+        let patch = serde_json::json!({"webhooks": webhooks});
+        api.patch(config, &PatchParams::default(), &Patch::Strategic(&patch)).await.map_err(kube_err("patch caBundle"))?;
+        tracing::info!(config, "patched the webhook CA bundle");
+    }
+    Ok(())
+}
+
+/// Loads the first certificate and starts the task that keeps it current.
+pub async fn start(source: CertSource, client: Client) -> Result<Arc<CertStore>, TlsError> {
+    match source {
+        CertSource::Files { dir } => {
+            let store = CertStore::new(load_files(&dir)?);
+            let s = store.clone();
+            tokio::spawn(async move {
+                let mut seen = file_state(&dir);
+                loop {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    let now = file_state(&dir);
+                    if now != seen {
+                        match load_files(&dir) {
+                            Ok(k) => {
+                                s.swap(k);
+                                seen = now;
+                                tracing::info!(dir = %dir.display(), "reloaded the webhook certificate");
+                            }
+                            Err(e) => tracing::warn!(error = %e, "webhook certificate files changed but do not load; keeping the old one"),
+                        }
+                    }
+                }
+            });
+            Ok(store)
+        }
+        CertSource::SelfManaged { namespace, secret, webhook_config, dns_names, ips } => {
+            let bundle = ensure_secret(&client, &namespace, &secret, &dns_names, &ips).await?;
+            let store = CertStore::new(certified_key(bundle.cert_pem.as_bytes(), bundle.key_pem.as_bytes())?);
+            patch_ca_bundle(&client, &webhook_config, &bundle.ca_pem).await?;
+            let s = store.clone();
+            tokio::spawn(async move {
+                let mut current = bundle;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    match ensure_secret(&client, &namespace, &secret, &dns_names, &ips).await {
+                        Ok(b) => {
+                            if b.cert_pem != current.cert_pem {
+                                match certified_key(b.cert_pem.as_bytes(), b.key_pem.as_bytes()) {
+                                    Ok(k) => s.swap(k),
+                                    Err(e) => tracing::warn!(error = %e, "rotated certificate does not load"),
+                                }
+                            }
+                            if let Err(e) = patch_ca_bundle(&client, &webhook_config, &b.ca_pem).await {
+                                tracing::warn!(error = %e, "could not patch the webhook CA bundle");
+                            }
+                            current = b;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "could not check the webhook certificate"),
+                    }
+                }
+            });
+            Ok(store)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_certificates_load_and_carry_the_sans() {
+        let g = generate(&["pd-operator-webhook.pd-system.svc".into()], &["127.0.0.1".parse().unwrap()]).unwrap();
+        assert!(g.ca_pem.contains("BEGIN CERTIFICATE") && g.key_pem.contains("PRIVATE KEY"));
+        let key = certified_key(g.cert_pem.as_bytes(), g.key_pem.as_bytes()).unwrap();
+        assert_eq!(key.cert.len(), 1);
+        assert!(g.not_after > jiff::Timestamp::now().as_second() + 300 * 86400);
+        assert!(matches!(certified_key(b"nope", g.key_pem.as_bytes()), Err(TlsError::Pem(_))));
+    }
+}

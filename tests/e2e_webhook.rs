@@ -1,0 +1,155 @@
+//! The admission webhook through the real apiserver, registered by URL to the host process.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ControllerProcess, TestNamespace, cluster, free_port, repo_path, text, wait_for};
+
+/// A ValidatingWebhookConfiguration scoped to one test namespace; deleted on drop.
+struct Registration {
+    name: String,
+}
+
+impl Registration {
+    fn new(ns: &str, port: u16) -> Self {
+        let name = format!("pd-{ns}");
+        let yaml = format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {name}}}\nwebhooks:\n- name: validate.pd.inference.dev\n  clientConfig: {{url: 'https://127.0.0.1:{port}/validate'}}\n  rules: [{{apiGroups: [pd.inference.dev], apiVersions: [v1alpha1], resources: [pddeployments], operations: [CREATE, UPDATE]}}]\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  failurePolicy: Fail\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  timeoutSeconds: 5\n"
+        );
+        let o = cluster().kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        assert!(o.status.success(), "{}", text(&o));
+        Self { name }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "validatingwebhookconfiguration", &self.name, "--wait=false"]);
+    }
+}
+
+fn start(ns: &TestNamespace) -> (Registration, ControllerProcess, u16) {
+    let port = free_port();
+    let reg = Registration::new(&ns.name, port);
+    let ctl = ControllerProcess::start_with(
+        &ns.name,
+        &["--webhook-addr", &format!("127.0.0.1:{port}"), "--webhook-ip-sans", "127.0.0.1", "--webhook-config", &reg.name],
+    );
+    // The operator generated its CA and patched it into the configuration.
+    wait_for(Duration::from_secs(30), "the caBundle to be patched", || {
+        let o =
+            cluster().kubectl(&["get", "validatingwebhookconfiguration", &reg.name, "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}"]);
+        (!o.stdout.is_empty()).then_some(()).ok_or_else(|| ctl.log_tail())
+    });
+    (reg, ctl, port)
+}
+
+/// The apiserver picks up a new configuration asynchronously: retry until the denial shows.
+fn denied(ns: &TestNamespace, yaml: &str, expect: &str) -> String {
+    wait_for(Duration::from_secs(30), &format!("a denial containing {expect:?}"), || {
+        let o = ns.apply(yaml);
+        if o.status.success() {
+            let _ = cluster().kubectl_stdin(&["delete", "-n", &ns.name, "-f", "-", "--wait=true"], yaml);
+            return Err(format!("admitted: {}", text(&o)));
+        }
+        let t = text(&o);
+        t.contains(expect).then_some(t.clone()).ok_or(t)
+    })
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo_path(path)).unwrap()
+}
+
+#[test]
+fn the_qwen_dcp_mistake_is_denied_with_sglang_text_and_nothing_is_stored() {
+    let ns = TestNamespace::new("wh-deny");
+    let (_reg, _ctl, _) = start(&ns);
+    let err = denied(&ns, &read("examples/qwen-dcp2-mistake.yaml"), "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
+    assert!(err.contains("spec.decode.parallelism.dcp"), "{err}");
+    assert!(err.contains("admission webhook \"validate.pd.inference.dev\" denied the request"), "{err}");
+    assert!(ns.get_json("pdd", "qwen-pd").is_err(), "a denied object must not be stored");
+    // The valid DeepSeek example is admitted; different TP on a GQA model is admitted with a warning.
+    let o = ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml"));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = ns.apply_file(&repo_path("examples/llama-different-tp.yaml"));
+    assert!(o.status.success(), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(
+            "Warning: spec.decode.parallelism.tp: Performance is NOT guaranteed when using different TP sizes for non-MLA models."
+        ),
+        "{stderr}"
+    );
+    // UPDATE is checked too: breaking a stored object is denied.
+    let broken = read("examples/deepseek-v3-dcp.yaml").replace("deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-32B");
+    let err = denied(&ns, &broken, "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
+    assert!(err.contains("Qwen/Qwen3-32B"), "{err}");
+}
+
+fn custom(config_map: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: custom}}\nspec:\n  model: {{path: /models/custom, configMapRef: {{name: {config_map}}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}}}\n  decode: {{parallelism: {{tp: 8, dcp: 2}}}}\n"
+    )
+}
+
+fn config_map(name: &str, arch: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n  config.json: '{{\"architectures\": [\"{arch}\"], \"num_attention_heads\": 64, \"num_key_value_heads\": 8}}'\n"
+    )
+}
+
+#[test]
+fn the_model_config_map_decides_and_a_missing_one_is_named() {
+    let ns = TestNamespace::new("wh-config");
+    let (_reg, _ctl, _) = start(&ns);
+    assert!(ns.apply(&config_map("dsv3-config", "DeepseekV3ForCausalLM")).status.success());
+    assert!(ns.apply(&config_map("llama-config", "LlamaForCausalLM")).status.success());
+    let err = denied(&ns, &custom("missing-config"), "ConfigMap");
+    assert!(err.contains(&format!("ConfigMap {}/missing-config does not exist", ns.name)), "{err}");
+    let err = denied(&ns, &custom("llama-config"), "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
+    assert!(err.contains("LlamaForCausalLM, GQA"), "{err}");
+    let o = ns.apply(&custom("dsv3-config"));
+    assert!(o.status.success(), "DeepseekV3ForCausalLM from config.json turns dcp: 2 valid: {}", text(&o));
+}
+
+#[test]
+fn malformed_and_oversized_bodies_get_a_400_with_a_reason() {
+    let ns = TestNamespace::new("wh-bad");
+    let (_reg, ctl, port) = start(&ns);
+    let post = |data: &str| {
+        let o = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "--max-time",
+                "10",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                data,
+            ])
+            .arg(format!("https://127.0.0.1:{port}/validate"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let r = post("not json");
+    assert!(r.ends_with("\n400") && r.contains("not an AdmissionReview"), "{r}");
+    let r = post("{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}");
+    assert!(r.ends_with("\n400") && r.contains("no request"), "{r}");
+    let big = std::env::temp_dir().join(format!("big-{port}.json"));
+    std::fs::write(&big, vec![b' '; 4 << 20]).unwrap();
+    let r = post(&format!("@{}", big.display()));
+    assert!(r.ends_with("\n400") && r.contains("limit"), "{r}");
+    // Still serving afterwards.
+    assert_eq!(ctl.get("/readyz").as_deref(), Some("ok"));
+    let r = post("{}");
+    assert!(r.ends_with("\n400"), "{r}");
+}
