@@ -76,6 +76,10 @@ impl Cluster {
         Command::new(self.tool("kubectl")).args(args).env("KUBECONFIG", &self.kubeconfig).output().expect("run kubectl")
     }
 
+    pub fn helm(&self, args: &[&str]) -> Output {
+        Command::new(self.tool("helm")).args(args).env("KUBECONFIG", &self.kubeconfig).output().expect("run helm")
+    }
+
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
         use std::io::Write;
         let mut child = Command::new(self.tool("kubectl"))
@@ -164,6 +168,7 @@ pub struct ControllerProcess {
     pub log: PathBuf,
     namespace: String,
     extra: Vec<String>,
+    kubeconfig: PathBuf,
 }
 
 pub fn free_port() -> u16 {
@@ -177,10 +182,21 @@ impl ControllerProcess {
     }
 
     pub fn start_with(namespace: &str, extra: &[&str]) -> Self {
+        Self::start_as(namespace, extra, &cluster().kubeconfig)
+    }
+
+    /// Runs with another identity, e.g. a ServiceAccount token's kubeconfig.
+    pub fn start_as(namespace: &str, extra: &[&str], kubeconfig: &Path) -> Self {
         let admin_port = free_port();
         let log = std::env::temp_dir().join(format!("pd-controller-{namespace}-{admin_port}.log"));
-        let mut p =
-            Self { child: None, admin_port, log, namespace: namespace.into(), extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut p = Self {
+            child: None,
+            admin_port,
+            log,
+            namespace: namespace.into(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            kubeconfig: kubeconfig.to_owned(),
+        };
         p.spawn();
         p
     }
@@ -191,7 +207,7 @@ impl ControllerProcess {
             .args(["controller", "--namespace", &self.namespace, "--leader-election-namespace", &self.namespace])
             .args(["--admin-addr", &format!("127.0.0.1:{}", self.admin_port), "--operator-image", "pd-operator:e2e"])
             .args(&self.extra)
-            .env("KUBECONFIG", &cluster().kubeconfig)
+            .env("KUBECONFIG", &self.kubeconfig)
             .env("PD_LOG_LEVEL", "info,pd_operator=debug")
             .stdout(out.try_clone().unwrap())
             .stderr(out)

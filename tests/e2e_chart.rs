@@ -1,0 +1,238 @@
+//! The Helm chart: lint, template, schema, install/uninstall, and the operator running under
+//! the chart's least-privilege RBAC with the chart's webhook registration routed to it by URL.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ControllerProcess, TestNamespace, cluster, free_port, repo_path, text, wait_for};
+
+const KUBE_VERSION: &str = "1.37.2";
+
+fn chart() -> String {
+    repo_path("charts/pd-operator").to_str().unwrap().to_owned()
+}
+
+#[test]
+fn chart_lints_and_templates_with_default_and_custom_values() {
+    let c = cluster();
+    for extra in [
+        vec![],
+        vec![
+            "--set",
+            "webhook.certManager.enabled=true,replicaCount=3,metrics.serviceMonitor.enabled=true,watchNamespace=ml,logFormat=text",
+        ],
+    ] {
+        let mut args = vec!["lint", "--strict"];
+        args.push(&*Box::leak(chart().into_boxed_str()));
+        args.extend(extra.iter().copied());
+        let o = c.helm(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(!text(&o).contains("[WARNING]") && !text(&o).contains("[ERROR]"), "{}", text(&o));
+    }
+    let o = c.helm(&["template", "rel", &chart(), "--kube-version", KUBE_VERSION, "--namespace", "ops"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let y = String::from_utf8_lossy(&o.stdout);
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ValidatingWebhookConfiguration",
+        "PodDisruptionBudget",
+    ] {
+        assert!(y.contains(&format!("kind: {kind}\n")), "default render lacks {kind}");
+    }
+    assert!(y.contains("replicas: 2") && y.contains("--leader-elect=true") && y.contains("name: rel-pd-operator-webhook"));
+    assert!(y.contains("readOnlyRootFilesystem: true") && y.contains("runAsNonRoot: true") && y.contains("drop: [ALL]"));
+    let o = c.helm(&[
+        "template",
+        "rel",
+        &chart(),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "webhook.certManager.enabled=true,webhook.url=https://127.0.0.1:9443/validate,metrics.serviceMonitor.enabled=true",
+    ]);
+    let y = String::from_utf8_lossy(&o.stdout);
+    assert!(y.contains("kind: Certificate") && y.contains("cert-manager.io/inject-ca-from") && y.contains("--webhook-cert-dir=/tls"));
+    assert!(y.contains("url: \"https://127.0.0.1:9443/validate\"") && y.contains("kind: ServiceMonitor"));
+}
+
+#[test]
+fn bad_values_are_refused_by_the_schema_with_a_readable_message() {
+    let c = cluster();
+    for (set, expect) in [
+        ("replicaCount=two", "/replicaCount': got string, want integer"),
+        ("webhook.failurePolicy=Sometimes", "/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"),
+        ("webhook.url=http://insecure", "/webhook/url"),
+        ("imagePullPolicy=Always", "additional properties 'imagePullPolicy' not allowed"),
+    ] {
+        let o = c.helm(&["template", "rel", &chart(), "--kube-version", KUBE_VERSION, "--set", set]);
+        assert!(!o.status.success(), "{set} was accepted");
+        assert!(text(&o).contains(expect), "{set}: {}", text(&o));
+    }
+}
+
+#[test]
+fn the_chart_crd_is_the_top_level_crd() {
+    assert_eq!(
+        std::fs::read_to_string(repo_path("charts/pd-operator/crds/pddeployment.yaml")).unwrap(),
+        std::fs::read_to_string(repo_path("crds/pddeployment.yaml")).unwrap()
+    );
+}
+
+#[test]
+fn rendered_manifests_pass_a_server_side_dry_run() {
+    let ns = TestNamespace::new("chart-dry");
+    let o = cluster().helm(&["template", "dry", &chart(), "--kube-version", KUBE_VERSION, "--namespace", &ns.name]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = cluster().kubectl_stdin(&["apply", "--dry-run=server", "-n", &ns.name, "-f", "-"], &String::from_utf8_lossy(&o.stdout));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("validatingwebhookconfiguration.admissionregistration.k8s.io/dry-pd-operator created (server dry run)"),
+        "{}",
+        text(&o)
+    );
+}
+
+fn selector_for(ns: &str) -> String {
+    format!("webhook.namespaceSelector={{\"matchLabels\":{{\"kubernetes.io/metadata.name\":\"{ns}\"}}}}")
+}
+
+#[test]
+fn helm_install_runs_and_uninstall_leaves_only_the_crd() {
+    let ns = TestNamespace::new("chart-install");
+    let rel = format!("r{}", &ns.name[ns.name.len() - 6..]);
+    let o = cluster().helm(&[
+        "install",
+        &rel,
+        &chart(),
+        "-n",
+        &ns.name,
+        "--set",
+        "image.tag=e2e",
+        "--set-json",
+        &selector_for(&ns.name),
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let full = format!("{rel}-pd-operator");
+    let o = cluster().kubectl(&["get", "deployment", &full, "-n", &ns.name, "-o", "jsonpath={.status.readyReplicas}"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "2", "under kwok the operator pods only report Running/Ready");
+    let o = cluster().helm(&["uninstall", &rel, "-n", &ns.name, "--wait"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for (kind, name) in
+        [("clusterrole", full.as_str()), ("clusterrolebinding", full.as_str()), ("validatingwebhookconfiguration", full.as_str())]
+    {
+        let o = cluster().kubectl(&["get", kind, name]);
+        assert!(!o.status.success() && text(&o).contains("NotFound"), "{kind}/{name} left behind: {}", text(&o));
+    }
+    let o = cluster().kubectl(&[
+        "get",
+        "all,serviceaccount,role,rolebinding,pdb",
+        "-n",
+        &ns.name,
+        "-l",
+        &format!("app.kubernetes.io/instance={rel}"),
+        "-o",
+        "name",
+    ]);
+    assert!(o.stdout.is_empty(), "left behind: {}", text(&o));
+    assert!(cluster().kubectl(&["get", "crd", "pddeployments.pd.inference.dev"]).status.success(), "the CRD stays by design");
+}
+
+#[test]
+fn the_operator_runs_under_the_charts_rbac_and_its_webhook_registration() {
+    let ns = TestNamespace::new("chart-rbac");
+    let rel = format!("r{}", &ns.name[ns.name.len() - 6..]);
+    let full = format!("{rel}-pd-operator");
+    let port = free_port();
+    let url = format!("webhook.url=https://127.0.0.1:{port}/validate");
+    let o = cluster().helm(&[
+        "install",
+        &rel,
+        &chart(),
+        "-n",
+        &ns.name,
+        "--set",
+        "replicaCount=0",
+        "--set",
+        &url,
+        "--set-json",
+        &selector_for(&ns.name),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let _uninstall = scopeguard(rel.clone(), ns.name.clone());
+
+    // A kubeconfig holding only the chart's ServiceAccount token.
+    let o = cluster().kubectl(&["create", "token", &full, "-n", &ns.name, "--duration", "1h"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let token = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let admin: serde_json::Value = serde_norway::from_str(&std::fs::read_to_string(&cluster().kubeconfig).unwrap()).unwrap();
+    let server = admin["clusters"][0]["cluster"]["server"].as_str().unwrap();
+    let ca = admin["clusters"][0]["cluster"]["certificate-authority"].as_str().unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!("sa-{}.kubeconfig", ns.name));
+    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\nusers: [{{name: sa, user: {{token: \"{token}\"}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: sa}}}}]\ncurrent-context: c\n")).unwrap();
+    let sa = format!("system:serviceaccount:{}:{full}", ns.name);
+    let o = cluster().kubectl(&["auth", "can-i", "list", "secrets", "--all-namespaces", "--as", &sa]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no", "the operator must not read every Secret");
+
+    let ctl = ControllerProcess::start_as(
+        &ns.name,
+        &[
+            "--webhook-addr",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-ip-sans",
+            "127.0.0.1",
+            "--webhook-config",
+            &full,
+            "--webhook-secret",
+            &format!("{full}-webhook-tls"),
+            "--lease-name",
+            &full,
+        ],
+        &kubeconfig,
+    );
+    // The chart's registration routes real admission requests to the host process.
+    let mistake = std::fs::read_to_string(repo_path("examples/qwen-dcp2-mistake.yaml")).unwrap();
+    wait_for(Duration::from_secs(45), "the chart's webhook to deny the Qwen dcp: 2 example", || {
+        let o = ns.apply(&mistake);
+        let t = text(&o);
+        if o.status.success() {
+            let _ = cluster().kubectl(&["delete", "pdd", "qwen-pd", "-n", &ns.name]);
+        }
+        (!o.status.success() && t.contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."))
+            .then_some(())
+            .ok_or(format!("{t}\n{}", ctl.log_tail()))
+    });
+    // And the controller reconciles under the same least-privilege identity.
+    assert!(ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml")).status.success());
+    wait_for(Duration::from_secs(90), "PrefillAvailable and DecodeAvailable under the chart's RBAC", || {
+        let v = ns.get_json("pdd", "dsv3")?;
+        let ok = ["PrefillAvailable", "DecodeAvailable"]
+            .iter()
+            .all(|t| v["status"]["conditions"].as_array().is_some_and(|cs| cs.iter().any(|c| c["type"] == *t && c["status"] == "True")));
+        ok.then_some(()).ok_or_else(|| format!("{}\n{}", v["status"], ctl.log_tail()))
+    });
+    let log = std::fs::read_to_string(&ctl.log).unwrap_or_default();
+    assert!(!log.contains("forbidden"), "an RBAC denial was logged:\n{}", ctl.log_tail());
+    let o = cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={.items[*].reason}"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("InstanceCreated"), "events are published under the chart's RBAC");
+}
+
+/// Uninstalls a release when dropped, so a failing test leaves no cluster-scoped objects.
+struct Uninstall(String, String);
+fn scopeguard(rel: String, ns: String) -> Uninstall {
+    Uninstall(rel, ns)
+}
+impl Drop for Uninstall {
+    fn drop(&mut self) {
+        let _ = cluster().helm(&["uninstall", &self.0, "-n", &self.1]);
+    }
+}
