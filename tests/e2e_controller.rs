@@ -313,3 +313,37 @@ fn deleting_the_pddeployment_removes_every_child() {
         left.is_empty().then_some(()).ok_or_else(|| format!("{left:?}"))
     });
 }
+
+fn leader_gauge(c: &ControllerProcess) -> Option<u64> {
+    c.get("/metrics")?.lines().find(|l| l.starts_with("pd_operator_leader "))?.rsplit(' ').next()?.parse::<f64>().ok().map(|v| v as u64)
+}
+
+#[test]
+fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
+    let ns = TestNamespace::new("leader");
+    let mut a = ControllerProcess::start(&ns.name);
+    let b = ControllerProcess::start(&ns.name);
+    wait_for(WAIT, "exactly one leader", || {
+        let (la, lb) = (leader_gauge(&a), leader_gauge(&b));
+        (la.unwrap_or(0) + lb.unwrap_or(0) == 1).then_some(()).ok_or(format!("a={la:?} b={lb:?}"))
+    });
+    let (mut leader, standby) = if leader_gauge(&a) == Some(1) { (a, b) } else { (b, a) };
+    assert!(ns.apply(&scaled(1)).status.success());
+    wait_for(WAIT, "the leader to create the pods", || {
+        let n = names(&ns, "pods", "pd.inference.dev/deployment=scale")?;
+        (n.len() == 2).then_some(()).ok_or(format!("{n:?}"))
+    });
+    assert!(standby.api_writes() == 0, "the standby must not write");
+    leader.kill();
+    a = standby;
+    wait_for(Duration::from_secs(60), "the standby to take the lease", || {
+        (leader_gauge(&a) == Some(1)).then_some(()).ok_or_else(|| a.log_tail())
+    });
+    assert!(ns.apply(&scaled(3)).status.success());
+    wait_for(WAIT, "the new leader to reconcile a scale-up", || {
+        let n = names(&ns, "pods", "pd.inference.dev/role=decode")?;
+        (n.len() == 3).then_some(()).ok_or(format!("{n:?}"))
+    });
+    let lease = ns.get_json("lease", "pd-operator-leader").unwrap();
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
+}
