@@ -1,0 +1,201 @@
+//! Controller scale benchmark (not a test): N PDDeployments of 8 pods each on the local control
+//! plane; time until every pod exists and every status is current, the controller's CPU seconds
+//! and peak RSS, API writes per PDDeployment; and the floor: the same pods created directly by
+//! one client with unbounded concurrency. Run with `hack/bench-controller.sh`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use pd_operator::api::{PDDeployment, PDDeploymentSpec};
+use pd_operator::render::{RenderOptions, render};
+
+fn spec() -> PDDeploymentSpec {
+    serde_json::from_value(serde_json::json!({
+        "engine": {"type": "sim"},
+        "model": {"path": "deepseek-ai/DeepSeek-V3"},
+        "kvTransfer": {"pageSize": 64},
+        "prefill": {"replicas": 4, "parallelism": {"tp": 1}},
+        "decode": {"replicas": 4, "parallelism": {"tp": 1}},
+        "router": {"enabled": false}
+    }))
+    .unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn proc_stats(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm_kib = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+    (ticks / 100.0, hwm_kib)
+}
+
+fn metric_sum(port: u16, name: &str) -> f64 {
+    let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{port}/metrics")]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let _ = api.create(&PostParams::default(), &ns).await;
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), name);
+    while sa.get_opt("default").await.ok().flatten().is_none() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn delete_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::background()).await;
+    while api.get_opt(name).await.ok().flatten().is_some() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn running_pods(client: &Client, ns: &str) -> (usize, usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let running = list.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count();
+    (list.len(), running)
+}
+
+struct Row {
+    n: usize,
+    pods_exist: f64,
+    status_current: f64,
+    cpu: f64,
+    rss_mib: f64,
+    writes_per_pdd: f64,
+    floor_exist: f64,
+    floor_running: f64,
+}
+
+async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, f64, f64, f64) {
+    let ns = format!("bench-ctl-{n}");
+    namespace(client, &ns).await;
+    let port = free_port();
+    let mut child: Child = Command::new(bin)
+        .args(["controller", "--namespace", &ns, "--webhook=false", "--leader-elect=false", "--admin-addr", &format!("127.0.0.1:{port}")])
+        .env("PD_LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the controller");
+    while Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{port}/readyz")])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let api: Api<PDDeployment> = Api::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    join_all((0..n).map(|i| {
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &PDDeployment::new(&format!("p{i}"), spec())).await.expect("create PDDeployment") }
+    }))
+    .await;
+    let mut pods_exist = None;
+    let status_current = loop {
+        let (exist, _) = running_pods(client, &ns).await;
+        if pods_exist.is_none() && exist >= n * 8 {
+            pods_exist = Some(start.elapsed().as_secs_f64());
+        }
+        let list = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        let current = list.iter().filter(|p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.observed_generation == p.metadata.generation && s.prefill.ready == "4/4" && s.decode.ready == "4/4")
+        });
+        if current.count() == n {
+            break start.elapsed().as_secs_f64();
+        }
+        if start.elapsed() > Duration::from_secs(1800) {
+            panic!("N={n}: not converged after 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let (cpu, hwm_kib) = proc_stats(child.id());
+    let writes = metric_sum(port, "pd_operator_api_writes_total");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+    delete_namespace(client, &ns).await;
+    (pods_exist.unwrap_or(status_current), status_current, cpu, hwm_kib as f64 / 1024.0, writes / n as f64)
+}
+
+async fn floor(client: &Client, n: usize) -> (f64, f64) {
+    let ns = format!("bench-floor-{n}");
+    namespace(client, &ns).await;
+    let facts = pd_operator::model::resolve(&spec().model, None);
+    let opts = RenderOptions { default_namespace: ns.clone(), ..RenderOptions::default() };
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let batches: Vec<Vec<Pod>> = (0..n)
+        .map(|i| {
+            let mut pdd = PDDeployment::new(&format!("p{i}"), spec());
+            pdd.metadata.namespace = Some(ns.clone());
+            render(&pdd, &facts, &opts).unwrap().pods
+        })
+        .collect();
+    let start = Instant::now();
+    join_all(batches.into_iter().map(|pods| {
+        let api = pods_api.clone();
+        async move {
+            for p in pods {
+                api.create(&PostParams::default(), &p).await.expect("create pod");
+            }
+        }
+    }))
+    .await;
+    let exist = start.elapsed().as_secs_f64();
+    let running = loop {
+        let (_, running) = running_pods(client, &ns).await;
+        if running >= n * 8 {
+            break start.elapsed().as_secs_f64();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    delete_namespace(client, &ns).await;
+    let _ = pods_api.list(&ListParams::default()).await.map(|l| l.items.iter().map(|p| p.name_any()).count());
+    (exist, running)
+}
+
+fn main() {
+    let bin = std::env::var("PD_BENCH_BIN").unwrap_or_else(|_| "target/release/pd-operator".into());
+    let sizes: Vec<usize> =
+        std::env::var("PD_BENCH_N").unwrap_or_else(|_| "10,100,500".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(8 << 20).build().unwrap();
+    rt.block_on(async {
+        let client = Client::try_default().await.expect("KUBECONFIG must point at the benchmark cluster");
+        let mut rows = Vec::new();
+        for n in sizes {
+            eprintln!("[bench] N={n}: through the controller");
+            let (pods_exist, status_current, cpu, rss_mib, writes_per_pdd) = through_controller(&client, &bin, n).await;
+            eprintln!("[bench] N={n}: floor (same pods, created directly)");
+            let (floor_exist, floor_running) = floor(&client, n).await;
+            rows.push(Row { n, pods_exist, status_current, cpu, rss_mib, writes_per_pdd, floor_exist, floor_running });
+        }
+        println!("| N PDDeployments (8 pods each) | pods exist (s) | all statuses current (s) | floor: pods created (s) | floor: pods Running (s) | ratio (status / floor Running) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for r in rows {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.1} | {:.1} | {:.1} |",
+                r.n, r.pods_exist, r.status_current, r.floor_exist, r.floor_running, r.status_current / r.floor_running, r.cpu, r.rss_mib, r.writes_per_pdd
+            );
+        }
+    });
+}
