@@ -103,25 +103,23 @@ fn selector_for(ns: &str) -> String {
     format!("webhook.namespaceSelector={{\"matchLabels\":{{\"kubernetes.io/metadata.name\":\"{ns}\"}}}}")
 }
 
+/// Installs the chart into the test namespace, its webhook scoped to that namespace only (so a
+/// registration without a live backend never blocks other tests); returns the release name.
+fn helm_install(ns: &TestNamespace, extra: &[&str]) -> String {
+    let rel = format!("r{}", &ns.name[ns.name.len() - 6..]);
+    let selector = selector_for(&ns.name);
+    let chart = chart();
+    let mut args = vec!["install", rel.as_str(), chart.as_str(), "-n", ns.name.as_str(), "--set-json", selector.as_str()];
+    args.extend_from_slice(extra);
+    let o = cluster().helm(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    rel
+}
+
 #[test]
 fn helm_install_runs_and_uninstall_leaves_only_the_crd() {
     let ns = TestNamespace::new("chart-install");
-    let rel = format!("r{}", &ns.name[ns.name.len() - 6..]);
-    let o = cluster().helm(&[
-        "install",
-        &rel,
-        &chart(),
-        "-n",
-        &ns.name,
-        "--set",
-        "image.tag=e2e",
-        "--set-json",
-        &selector_for(&ns.name),
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let rel = helm_install(&ns, &["--set", "image.tag=e2e", "--wait", "--timeout", "120s"]);
     let full = format!("{rel}-pd-operator");
     let o = cluster().kubectl(&["get", "deployment", &full, "-n", &ns.name, "-o", "jsonpath={.status.readyReplicas}"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "2", "under kwok the operator pods only report Running/Ready");
@@ -150,24 +148,10 @@ fn helm_install_runs_and_uninstall_leaves_only_the_crd() {
 #[test]
 fn the_operator_runs_under_the_charts_rbac_and_its_webhook_registration() {
     let ns = TestNamespace::new("chart-rbac");
-    let rel = format!("r{}", &ns.name[ns.name.len() - 6..]);
-    let full = format!("{rel}-pd-operator");
     let port = free_port();
     let url = format!("webhook.url=https://127.0.0.1:{port}/validate");
-    let o = cluster().helm(&[
-        "install",
-        &rel,
-        &chart(),
-        "-n",
-        &ns.name,
-        "--set",
-        "replicaCount=0",
-        "--set",
-        &url,
-        "--set-json",
-        &selector_for(&ns.name),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let rel = helm_install(&ns, &["--set", "replicaCount=0", "--set", &url]);
+    let full = format!("{rel}-pd-operator");
     let _uninstall = scopeguard(rel.clone(), ns.name.clone());
 
     // A kubeconfig holding only the chart's ServiceAccount token.
