@@ -9,7 +9,7 @@ cd "$ROOT"
 RATES=${*:-100 500 2000}
 DURATION=${PD_BENCH_SECONDS:-20}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator
-OHA_VERSION=1.12.0
+OHA_VERSION=1.16.0
 OHA="$CACHE/tools/oha-$OHA_VERSION/bin/oha"
 if [ ! -x "$OHA" ]; then
   echo "[bench] building oha $OHA_VERSION (once)" >&2

@@ -8,6 +8,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PD_CLUSTER_DIR="$ROOT/.cluster"
+# The examples ask for 80 GPUs; 12 kwok nodes of 8 fit them with room to scale.
+export PD_GPU_NODES=${PD_GPU_NODES:-12}
 OPERATOR_NS=pd-system
 RELEASE=pd-operator
 
