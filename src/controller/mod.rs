@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -37,6 +37,7 @@ use plan::{DeleteReason, ObservedPod};
 pub const FIELD_MANAGER: &str = "pd-operator";
 const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
 const RESYNC: Duration = Duration::from_secs(300);
+const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -433,6 +434,8 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         .owns(services, managed.clone())
         .owns(config_maps, managed.clone())
         .owns(deployments, managed)
+        // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
+        .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
         .graceful_shutdown_on(stopped())
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
