@@ -9,6 +9,9 @@ BIN=$(hack/tools.sh | tail -n 1)
 export PD_TOOLS_BIN="$BIN"
 export PATH="$BIN:$PATH"
 
+# Tests run in parallel on one cluster and together ask for far more than 32 GPUs.
+export PD_GPU_NODES=${PD_GPU_NODES:-16}
+
 if [ -z "${PD_E2E_KUBECONFIG:-}" ]; then
   export PD_CLUSTER_DIR
   PD_CLUSTER_DIR=$(mktemp -d /tmp/pd-test-cluster.XXXXXX)

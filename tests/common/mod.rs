@@ -30,6 +30,8 @@ fn start_private_cluster() -> Cluster {
     let out = Command::new(repo().join("hack/cluster.sh"))
         .arg("up")
         .env("PD_CLUSTER_DIR", &dir)
+        // Tests run in parallel and together need far more than 4 nodes' GPUs.
+        .env("PD_GPU_NODES", std::env::var("PD_GPU_NODES").unwrap_or_else(|_| "16".into()))
         .stderr(Stdio::inherit())
         .output()
         .expect("run hack/cluster.sh");
