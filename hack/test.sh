@@ -20,4 +20,5 @@ if [ -z "${PD_E2E_KUBECONFIG:-}" ]; then
   export PD_E2E_KUBECONFIG="$PD_CLUSTER_DIR/kubeconfig"
 fi
 echo "[test] running cargo test against $PD_E2E_KUBECONFIG"
-cargo test --locked --all-targets -- --test-threads="${PD_TEST_THREADS:-4}"
+# Plain `cargo test`: lib, binary, integration and doc tests; benchmarks are run by hack/bench-*.sh.
+cargo test --locked -- --test-threads="${PD_TEST_THREADS:-4}"
