@@ -20,5 +20,14 @@ if [ -z "${PD_E2E_KUBECONFIG:-}" ]; then
   export PD_E2E_KUBECONFIG="$PD_CLUSTER_DIR/kubeconfig"
 fi
 echo "[test] running cargo test against $PD_E2E_KUBECONFIG"
-# Plain `cargo test`: lib, binary, integration and doc tests; benchmarks are run by hack/bench-*.sh.
-cargo test --locked -- --test-threads="${PD_TEST_THREADS:-4}"
+# Plain `cargo test`: lib, binary and integration tests; benchmarks are run by hack/bench-*.sh.
+LOG=$(mktemp)
+set +e
+cargo test --locked -- --test-threads="${PD_TEST_THREADS:-4}" 2>&1 | tee "$LOG"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "%d passed, %d failed\n", p, f }' "$LOG"
+rm -f "$LOG"
+exit "$status"
