@@ -279,6 +279,35 @@ flag_enum!(
     } default CacheAware
 );
 
+/// The two engine roles of a PD deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Prefill,
+    Decode,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
+    /// `spec.<role>.<rest>`, the field path used in messages.
+    pub fn field(self, rest: &str) -> String {
+        format!("spec.{}.{rest}", self.as_str())
+    }
+}
+
+impl PDDeploymentSpec {
+    pub fn role(&self, role: Role) -> &RoleSpec {
+        match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        }
+    }
+}
+
 /// One role's pool: `replicas` engine instances of one parallel layout.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]

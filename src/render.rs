@@ -157,10 +157,7 @@ pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
 
 /// A short hash of everything that shapes a role's pods; a change rolls that role.
 pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) -> String {
-    let rs = match role {
-        Role::Prefill => &spec.prefill,
-        Role::Decode => &spec.decode,
-    };
+    let rs = spec.role(role);
     let shaped = RoleSpec { replicas: 0, ..rs.clone() };
     let inputs = serde_json::json!({
         "role": role.as_str(), "engine": spec.engine, "model": spec.model, "kv": spec.kv_transfer,
@@ -172,10 +169,7 @@ pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) 
 
 /// The engine's argv after the program name, for one pod of one instance.
 pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32) -> Vec<String> {
-    let rs = match role {
-        Role::Prefill => &spec.prefill,
-        Role::Decode => &spec.decode,
-    };
+    let rs = spec.role(role);
     let p = &rs.parallelism;
     let kv = &spec.kv_transfer;
     let mut a: Vec<String> = Vec::new();
@@ -396,10 +390,7 @@ fn engine_pod(
     owners: &Option<Vec<OwnerReference>>,
     opts: &RenderOptions,
 ) -> Pod {
-    let rs = match role {
-        Role::Prefill => &pdd_spec.prefill,
-        Role::Decode => &pdd_spec.decode,
-    };
+    let rs = pdd_spec.role(role);
     let t = &rs.template;
     let mut labels = t.labels.clone();
     labels.extend(common_labels(name, role.as_str()));
@@ -629,10 +620,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         ..Default::default()
     });
     for role in [Role::Prefill, Role::Decode] {
-        let rs = match role {
-            Role::Prefill => &spec.prefill,
-            Role::Decode => &spec.decode,
-        };
+        let rs = spec.role(role);
         let revision = role_revision(spec, role, opts);
         for instance in 0..rs.replicas.max(0) as u32 {
             for node in 0..nodes_per_instance(rs) {

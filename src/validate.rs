@@ -57,23 +57,7 @@ pub mod texts {
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Prefill,
-    Decode,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Prefill => "prefill",
-            Role::Decode => "decode",
-        }
-    }
-    fn field(self, rest: &str) -> String {
-        format!("spec.{}.{rest}", self.as_str())
-    }
-}
+pub use crate::api::Role;
 
 /// Engine flags the operator derives from the spec; `extraArgs` must not set them.
 pub const MANAGED_FLAGS: &[&str] = &[
@@ -161,7 +145,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     }
     let sizes_ok = check_sizes(Role::Prefill, &spec.prefill, &mut out) & check_sizes(Role::Decode, &spec.decode, &mut out);
     for role in [Role::Prefill, Role::Decode] {
-        let rs = role_spec(spec, role);
+        let rs = spec.role(role);
         if sizes_ok {
             check_startup(role, rs, spec, &mut out);
             check_gpus(role, rs, &mut out);
@@ -175,13 +159,6 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
         check_operator_policy(spec, facts, &mut out);
     }
     out
-}
-
-fn role_spec(spec: &PDDeploymentSpec, role: Role) -> &RoleSpec {
-    match role {
-        Role::Prefill => &spec.prefill,
-        Role::Decode => &spec.decode,
-    }
 }
 
 /// Zero sizes would make every later rule divide by zero; report them and stop there.
@@ -593,7 +570,7 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
         return;
     }
     for role in [Role::Prefill, Role::Decode] {
-        let p: &Parallelism = &role_spec(spec, role).parallelism;
+        let p: &Parallelism = &spec.role(role).parallelism;
         let mut unsupported = Vec::new();
         if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp) {
             unsupported.push("transfer backends other than Mooncake");
@@ -644,7 +621,7 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
         ));
     }
     for role in [Role::Prefill, Role::Decode] {
-        let staging = env_value(role_spec(spec, role), "SGLANG_DISAGG_STAGING_BUFFER");
+        let staging = env_value(spec.role(role), "SGLANG_DISAGG_STAGING_BUFFER");
         if env_truthy(staging.as_deref()) {
             if facts.pool() == Some(KvPool::Mla) {
                 out.push(Finding::error(
@@ -692,7 +669,7 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
         return;
     }
     for role in [Role::Prefill, Role::Decode] {
-        let rs = role_spec(spec, role);
+        let rs = spec.role(role);
         let nodes = crate::render::nodes_per_instance(rs);
         let last_instance = rs.replicas.max(1) - 1;
         let host = format!("{name}-{}-{last_instance}-{}", role.as_str(), nodes.saturating_sub(1));

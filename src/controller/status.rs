@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::plan::ObservedPod;
 use crate::api::{Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
-use crate::render::{self, DIST_INIT_PORT};
+use crate::render;
 use crate::validate::Role;
 
 pub const READY: &str = "Ready";
@@ -40,10 +40,7 @@ struct RoleCount {
 }
 
 fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
-    let spec = match role {
-        Role::Prefill => &inputs.pdd.spec.prefill,
-        Role::Decode => &inputs.pdd.spec.decode,
-    };
+    let spec = inputs.pdd.spec.role(role);
     let (nodes, revision) = match role {
         Role::Prefill => (inputs.nodes.0, inputs.revisions.0),
         Role::Decode => (inputs.nodes.1, inputs.revisions.1),
@@ -126,7 +123,6 @@ fn endpoints(pdd: &PDDeployment) -> Endpoints {
             })
             .collect()
     };
-    let _ = DIST_INIT_PORT;
     Endpoints {
         router: pdd.spec.router.enabled.then(|| format!("http://{}.{ns}.svc:{}", render::router_name(&name), pdd.spec.router.port)),
         prefill: instances(Role::Prefill, pdd.spec.prefill.replicas, true),

@@ -97,7 +97,7 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Ad
     resp
 }
 
-/// The full response body for a request body: `Err((400, reason))` for unparseable input.
+/// The AdmissionReview response body for a parsed request.
 pub fn respond(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Value {
     serde_json::to_value(decide(req, config).into_review()).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}))
 }
