@@ -15,7 +15,7 @@ export PD_GPU_NODES=${PD_GPU_NODES:-16}
 if [ -z "${PD_E2E_KUBECONFIG:-}" ]; then
   export PD_CLUSTER_DIR
   PD_CLUSTER_DIR=$(mktemp -d /tmp/pd-test-cluster.XXXXXX)
-  trap 'hack/cluster.sh down || true' EXIT
+  trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
   hack/cluster.sh up >/dev/null
   export PD_E2E_KUBECONFIG="$PD_CLUSTER_DIR/kubeconfig"
 fi
