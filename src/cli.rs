@@ -173,7 +173,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let client = match kube::Client::try_default().await {
             Ok(c) => c,
             Err(e) => {
@@ -218,7 +218,10 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-    })
+    });
+    // Background tasks (certificate refresh, lease renewal, open connections) end with the process.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 fn hostname() -> String {

@@ -38,6 +38,7 @@ pub const FIELD_MANAGER: &str = "pd-operator";
 const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
 const RESYNC: Duration = Duration::from_secs(300);
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -429,7 +430,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     });
     ready.store(true, Ordering::Relaxed);
     info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");
-    Controller::new(guarded, watcher::Config::default().any_semantic())
+    let controller = Controller::new(guarded, watcher::Config::default().any_semantic())
         .owns(pods, managed.clone())
         .owns(services, managed.clone())
         .owns(config_maps, managed.clone())
@@ -442,10 +443,23 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    // A stop request ends the process within a bound, whatever is still in flight.
+    let deadline = {
+        let stopped = stopped();
+        async move {
+            stopped.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        }
+    };
+    tokio::select! {
+        _ = controller => {},
+        _ = deadline => warn!(grace = ?SHUTDOWN_GRACE, "reconciles did not drain in time; stopping anyway"),
+    }
     let _ = stop_tx.send(true);
-    let _ = admin.await;
+    if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
+        warn!("the admin server did not close its connections in time");
+    }
     info!("controller stopped");
     Ok(())
 }
