@@ -279,6 +279,14 @@ fn an_idle_controller_writes_nothing_for_sixty_seconds() {
     std::thread::sleep(Duration::from_secs(60));
     let after = ctl.api_writes();
     assert_eq!(before, after, "writes while idle; log:\n{}", ctl.log_tail());
+    // The other metrics the issue asks for are recorded, not just registered.
+    let metrics = ctl.get("/metrics").unwrap_or_default();
+    assert!(metrics.lines().any(|l| l == "pd_operator_managed_pddeployments 1"), "{metrics}");
+    let reconciles = metrics
+        .lines()
+        .find(|l| l.starts_with("pd_operator_reconcile_duration_seconds_count "))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
+    assert!(reconciles.is_some_and(|n| n > 0), "{metrics}");
 }
 
 #[test]

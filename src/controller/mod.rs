@@ -95,6 +95,11 @@ fn digest<T: Serialize>(obj: &T) -> String {
     Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// Label selector of every object the operator created for one PDDeployment.
+fn children_selector(name: &str) -> String {
+    format!("{LABEL_DEPLOYMENT}={name},{MANAGED_BY}={OPERATOR}")
+}
+
 fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|o| o.uid == uid)
 }
@@ -114,7 +119,7 @@ impl Context {
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-        let existing = api.list(&ListParams::default().labels(&format!("{LABEL_DEPLOYMENT}={name},{MANAGED_BY}={OPERATOR}"))).await?;
+        let existing = api.list(&ListParams::default().labels(&children_selector(name))).await?;
         let mut current = Vec::new();
         for want in desired {
             let mut want = want.clone();
@@ -195,7 +200,9 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         return Err(Error::Unnamed("PDDeployment"));
     };
     let span = info_span!("reconcile", pdd = %format!("{ns}/{name}"), generation = pdd.metadata.generation);
-    async move {
+    let started = Instant::now();
+    let metrics = ctx.metrics.clone();
+    let result = async move {
         ctx.metrics.reconciles.inc();
         if pdd.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
@@ -215,8 +222,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             problems.push(format!("spec.model.configMapRef: {e}"));
         }
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let selector = format!("{LABEL_DEPLOYMENT}={name},{MANAGED_BY}={OPERATOR}");
-        let pods = pods_api.list(&ListParams::default().labels(&selector)).await?;
+        let pods = pods_api.list(&ListParams::default().labels(&children_selector(&name))).await?;
         let observed: Vec<ObservedPod> =
             pods.items.iter().filter(|p| owned_by(&p.metadata, &uid)).filter_map(ObservedPod::from_pod).collect();
         if !problems.is_empty() {
@@ -323,7 +329,9 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         Ok(Action::requeue(requeue))
     }
     .instrument(span)
-    .await
+    .await;
+    metrics.duration.observe(started.elapsed().as_secs_f64());
+    result
 }
 
 fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc<Context>) -> Action {
@@ -437,13 +445,16 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         .owns(deployments, managed)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
-        .graceful_shutdown_on(stopped())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
+        .graceful_shutdown_on(stopped());
+    let store = controller.store();
+    let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {
+        metrics.managed.set(store.state().len() as i64);
+        async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");
             }
-        });
+        }
+    });
     // A stop request ends the process within a bound, whatever is still in flight.
     let deadline = {
         let stopped = stopped();
