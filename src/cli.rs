@@ -58,6 +58,29 @@ pub enum Command {
     Handshake(HandshakeCommand),
     /// Run the controller: reconcile PDDeployments into engine pods, services and a router.
     Controller(Box<ControllerArgs>),
+    /// GPU-free stand-ins for SGLang engines and the router (demo, kind e2e).
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// An engine: `sglang.launch_server`'s argv; `--disaggregation-mode` picks prefill or decode.
+    Engine(PassThroughArgs),
+    /// A prefill: bootstrap server plus one registered, listening row per rank.
+    Prefill(PassThroughArgs),
+    /// A decode: the engine's health endpoint.
+    Decode(PassThroughArgs),
+    /// The router: `sglang_router.launch_router`'s argv, serving `/health`.
+    Router(PassThroughArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PassThroughArgs {
+    /// SGLang's flags, as a real engine or router would get them; `--sim-page-size N`,
+    /// `--sim-kv-cache-dtype D`, `--sim-hold-registrations N` inject faults.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -135,6 +158,39 @@ pub struct RenderArgs {
 pub enum HandshakeCommand {
     /// Run the decode's checks and rank mapping against one prefill topology body.
     Check(CheckArgs),
+    /// The decode pod's sidecar: handshake against live prefill bootstrap servers.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Decode topology JSON file (what `render` puts into the `<name>-handshake` ConfigMap).
+    #[arg(long)]
+    pub decode: PathBuf,
+    /// A prefill bootstrap address, `host:port`; repeatable.
+    #[arg(long = "prefill")]
+    pub prefills: Vec<String>,
+    /// File with one prefill bootstrap address per line; re-read every 5 s.
+    #[arg(long)]
+    pub prefill_file: Option<PathBuf>,
+    /// Check once, print a JSON report, exit 0 (passed), 1 (a check failed) or 3 (timeout).
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: how long to wait for prefills that are still starting, e.g. `90s`, `5m`.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Report to this pod (`NAMESPACE/NAME`): the readiness-gate condition and the rank map.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Serve /livez, /readyz and /status here.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let span: jiff::Span = s.parse().map_err(|e| format!("{s:?} is not a duration like 90s or 5m: {e}"))?;
+    let d = jiff::SignedDuration::try_from(span).map_err(|e| format!("{s:?}: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +215,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => run_validate(args),
         Command::Render(args) => run_render(args),
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
+        Command::Handshake(HandshakeCommand::Run(args)) => run_sidecar(args),
+        Command::Sim(cmd) => run_sim(cmd),
         Command::Controller(args) => run_controller(*args),
     }
 }
@@ -222,6 +280,75 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
     // Background tasks (certificate refresh, lease renewal, open connections) end with the process.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     code
+}
+
+fn run_sidecar(args: RunArgs) -> ExitCode {
+    use crate::handshake::sidecar::{self, SidecarConfig};
+    if args.prefills.is_empty() && args.prefill_file.is_none() {
+        return input_error("give at least one --prefill HOST:PORT or a --prefill-file");
+    }
+    let decode = match sidecar::read_decode(&args.decode) {
+        Ok(d) => d,
+        Err(e) => return input_error(e),
+    };
+    let pod = match args.pod.as_deref().map(sidecar::parse_pod_ref).transpose() {
+        Ok(p) => p,
+        Err(e) => return input_error(e),
+    };
+    let cfg = SidecarConfig { decode, prefills: args.prefills, prefill_file: args.prefill_file, pod, listen: args.listen };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
+    };
+    let code = rt.block_on(async move {
+        if args.once {
+            return match sidecar::run_once(&cfg, args.timeout).await {
+                Ok((report, code)) => {
+                    println!("{report}");
+                    ExitCode::from(code)
+                }
+                Err(e) => input_error(e),
+            };
+        }
+        match sidecar::run(cfg, crate::shutdown::signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => input_error(e),
+        }
+    });
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
+}
+
+fn run_sim(cmd: SimCommand) -> ExitCode {
+    use crate::sim::engine;
+    let (router, args) = match cmd {
+        SimCommand::Engine(a) => (false, a.args),
+        SimCommand::Prefill(a) => (false, [vec!["--disaggregation-mode".into(), "prefill".into()], a.args].concat()),
+        SimCommand::Decode(a) => (false, [vec!["--disaggregation-mode".into(), "decode".into()], a.args].concat()),
+        SimCommand::Router(a) => (true, a.args),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
+    };
+    let result = rt.block_on(async move {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            crate::shutdown::signal().await;
+            tracing::info!("shutdown signal received; the stand-in stops");
+            let _ = tx.send(true);
+        });
+        if router { engine::run_router(&args, rx).await } else { engine::run_engine(&args, rx).await }
+    });
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ crate::sim::SimError::Flags(_)) => input_error(e),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn hostname() -> String {

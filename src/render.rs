@@ -29,6 +29,8 @@ pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
 pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
 pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
 pub const HANDSHAKE_CONDITION: &str = "pd.inference.dev/handshake";
+/// Pod annotation where the handshake sidecar publishes the rank map (JSON list of `RankTargets`).
+pub const RANK_MAP_ANNOTATION: &str = "pd.inference.dev/rank-map";
 pub const DIST_INIT_PORT: u16 = 5757;
 pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";

@@ -340,23 +340,6 @@ fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return ctrl_c.await.unwrap_or(()),
-        };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
 /// Runs the controller until SIGTERM/SIGINT, or until leadership is lost.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
@@ -374,7 +357,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     tokio::spawn({
         let tx = stop_tx.clone();
         async move {
-            shutdown_signal().await;
+            crate::shutdown::signal().await;
             info!("shutdown signal received");
             let _ = tx.send(true);
         }

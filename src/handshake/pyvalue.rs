@@ -129,6 +129,68 @@ pub fn repr(v: &Value) -> String {
     }
 }
 
+/// Python's `json.dumps(v)` with default settings: `", "`/`": "` separators, non-ASCII as
+/// `\uXXXX` escapes, floats in `repr` form. aiohttp's `json_response` writes exactly this.
+pub fn dumps(v: &Value) -> String {
+    let mut out = String::new();
+    write_json(v, &mut out);
+    out
+}
+
+fn write_json(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&number_text(n)),
+        Value::String(s) => write_json_string(s, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            out.push('{');
+            for (i, (k, item)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_json_string(k, out);
+                out.push_str(": ");
+                write_json(item, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+            c => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
 /// Python's `str()`: like `repr()` except that a string prints bare.
 pub fn str(v: &Value) -> String {
     match v {
@@ -186,6 +248,13 @@ mod tests {
         assert_eq!(str(&json!(123.5)), "123.5");
         assert_eq!(str(&json!([1, "a", null, true])), "[1, 'a', None, True]");
         assert_eq!(str(&json!({"k": "it's"})), "{'k': \"it's\"}");
+    }
+
+    #[test]
+    fn dumps_matches_python_json_dumps() {
+        assert_eq!(dumps(&json!({"a": 1, "b": [1.0, null, true], "c": "x"})), r#"{"a": 1, "b": [1.0, null, true], "c": "x"}"#);
+        assert_eq!(dumps(&json!("é\u{1F600}\"\\\n\u{7f}")), r#""\u00e9\ud83d\ude00\"\\\n\u007f""#);
+        assert_eq!(dumps(&json!(1e16)), "1e+16");
     }
 
     #[test]

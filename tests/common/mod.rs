@@ -272,3 +272,51 @@ impl Drop for ControllerProcess {
         }
     }
 }
+
+/// Any helper process (an engine stand-in, SGLang's server, a sidecar); SIGKILLed on drop.
+pub struct Background {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Background {
+    pub fn spawn(name: &str, cmd: &mut Command) -> Self {
+        let log = std::env::temp_dir().join(format!("pd-{name}-{}-{}.log", std::process::id(), free_port()));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = cmd.stdout(out.try_clone().unwrap()).stderr(out).spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
+        Self { child, log }
+    }
+
+    /// `pd-operator ARGS` in the background.
+    pub fn operator(name: &str, args: &[&str]) -> Self {
+        Self::spawn(name, Command::new(env!("CARGO_BIN_EXE_pd-operator")).args(args).env("PD_LOG_LEVEL", "info,pd_operator=debug"))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `port` on 127.0.0.1 accepts connections.
+    pub fn wait_port(&self, port: u16) {
+        wait_for(Duration::from_secs(30), &format!("port {port}"), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).map(|_| ()).map_err(|e| format!("{e}; log:\n{}", self.log_text()))
+        });
+    }
+
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `pd-operator ARGS` to completion: (exit code, stdout, stderr).
+pub fn operator(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_pd-operator")).args(args).output().expect("run pd-operator");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
