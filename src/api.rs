@@ -575,7 +575,7 @@ pub struct DecodeRankMap {
     pub ranks: Vec<RankTargets>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RankTargets {
     pub engine_rank: u32,

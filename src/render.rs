@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, Pod,
+    PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -34,6 +36,8 @@ pub const RANK_MAP_ANNOTATION: &str = "pd.inference.dev/rank-map";
 pub const DIST_INIT_PORT: u16 = 5757;
 pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
+/// Where Kubernetes clients look for the in-cluster token; only the sidecar gets one mounted.
+const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const GPU_RESOURCE: &str = "nvidia.com/gpu";
 const DEFAULT_SHM: &str = "16Gi";
 
@@ -71,6 +75,11 @@ pub fn default_operator_image() -> String {
 pub struct Rendered {
     pub services: Vec<Service>,
     pub config_maps: Vec<ConfigMap>,
+    /// The decode pods' ServiceAccount, unless the decode template names its own.
+    pub service_accounts: Vec<ServiceAccount>,
+    /// What the handshake sidecar may do: patch the status of its PDDeployment's decode pods.
+    pub roles: Vec<RbacRole>,
+    pub role_bindings: Vec<RoleBinding>,
     pub pods: Vec<Pod>,
     pub deployments: Vec<Deployment>,
 }
@@ -85,6 +94,15 @@ impl Rendered {
         }
         for c in &self.config_maps {
             docs.push(ser("ConfigMap", c)?);
+        }
+        for a in &self.service_accounts {
+            docs.push(ser("ServiceAccount", a)?);
+        }
+        for r in &self.roles {
+            docs.push(ser("Role", r)?);
+        }
+        for b in &self.role_bindings {
+            docs.push(ser("RoleBinding", b)?);
         }
         for p in &self.pods {
             docs.push(ser("Pod", p)?);
@@ -135,6 +153,14 @@ pub fn router_name(name: &str) -> String {
 }
 pub fn handshake_config_name(name: &str) -> String {
     format!("{name}-handshake")
+}
+/// Name of the handshake Role and RoleBinding.
+pub fn handshake_rbac_name(name: &str) -> String {
+    format!("{name}-handshake")
+}
+/// The decode pods' ServiceAccount: the template's, or one the operator creates.
+pub fn decode_service_account(spec: &PDDeploymentSpec, name: &str) -> String {
+    spec.decode.template.service_account_name.clone().unwrap_or_else(|| format!("{name}-decode"))
 }
 
 /// Stable DNS name of an instance's leader pod through the role's headless Service.
@@ -364,12 +390,10 @@ fn handshake_sidecar(opts: &RenderOptions) -> Container {
         // A native sidecar: started before the engine and kept running beside it.
         restart_policy: Some("Always".into()),
         startup_probe: Some(http_probe("/livez", "handshake", 2, 30)),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "handshake".into(),
-            mount_path: HANDSHAKE_MOUNT.into(),
-            read_only: Some(true),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount { name: "handshake".into(), mount_path: HANDSHAKE_MOUNT.into(), read_only: Some(true), ..Default::default() },
+            VolumeMount { name: "handshake-token".into(), mount_path: TOKEN_MOUNT.into(), read_only: Some(true), ..Default::default() },
+        ]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([("cpu".into(), Quantity("10m".into())), ("memory".into(), Quantity("16Mi".into()))])),
             limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
@@ -378,6 +402,91 @@ fn handshake_sidecar(opts: &RenderOptions) -> Container {
         security_context: Some(restricted_security_context()),
         ..Default::default()
     }
+}
+
+/// The in-cluster credentials of the sidecar alone: a short-lived token, the cluster CA and the
+/// namespace, laid out as the automounted ones are.
+fn token_volume() -> Volume {
+    Volume {
+        name: "handshake-token".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".into(),
+                        expiration_seconds: Some(3607),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".into(),
+                        items: Some(vec![KeyToPath { key: "ca.crt".into(), path: "ca.crt".into(), ..Default::default() }]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector { field_path: "metadata.namespace".into(), ..Default::default() }),
+                            ..Default::default()
+                        }]),
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The sidecar's permissions: patch `pods/status` of exactly this PDDeployment's decode pods (the
+/// readiness-gate condition and the rank map annotation), nothing else.
+fn handshake_rbac(
+    spec: &PDDeploymentSpec,
+    name: &str,
+    ns: &str,
+    owners: &Option<Vec<OwnerReference>>,
+) -> (Option<ServiceAccount>, RbacRole, RoleBinding) {
+    let labels = common_labels(name, "decode");
+    let account = decode_service_account(spec, name);
+    let own_account = spec.decode.template.service_account_name.is_none().then(|| ServiceAccount {
+        metadata: meta(account.clone(), ns, labels.clone(), owners),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    });
+    let mut pods: Vec<String> = Vec::new();
+    for i in 0..spec.decode.replicas.max(0) as u32 {
+        for node in 0..nodes_per_instance(&spec.decode) {
+            pods.push(pod_name(name, Role::Decode, i, node));
+        }
+    }
+    let role = RbacRole {
+        metadata: meta(handshake_rbac_name(name), ns, labels.clone(), owners),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["pods/status".into()]),
+            verbs: vec!["patch".into()],
+            // An empty list would mean every pod; with no decode pod, grant nothing.
+            resource_names: Some(if pods.is_empty() { vec![format!("{name}-decode-none")] } else { pods }),
+            ..Default::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: meta(handshake_rbac_name(name), ns, labels, owners),
+        role_ref: RoleRef { api_group: Some("rbac.authorization.k8s.io".into()), kind: "Role".into(), name: handshake_rbac_name(name) },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: account,
+            namespace: Some(ns.to_owned()),
+            ..Default::default()
+        }]),
+    };
+    (own_account, role, binding)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -455,6 +564,8 @@ fn engine_pod(
     volumes.extend(t.volumes.iter().cloned());
     let mut init_containers = None;
     let mut readiness_gates = None;
+    let mut service_account = t.service_account_name.clone();
+    let mut automount = None;
     if role == Role::Decode {
         init_containers = Some(vec![handshake_sidecar(opts)]);
         readiness_gates = Some(vec![PodReadinessGate { condition_type: HANDSHAKE_CONDITION.into() }]);
@@ -463,6 +574,12 @@ fn engine_pod(
             config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(name), ..Default::default() }),
             ..Default::default()
         });
+        volumes.push(token_volume());
+        if service_account.is_none() {
+            // Our ServiceAccount exists for the sidecar alone: the engine gets no token.
+            service_account = Some(decode_service_account(pdd_spec, name));
+            automount = Some(false);
+        }
     }
     let mut metadata = meta(pod_name.clone(), ns, labels, owners);
     if !t.annotations.is_empty() {
@@ -482,7 +599,8 @@ fn engine_pod(
             node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
             tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
             affinity: t.affinity.clone(),
-            service_account_name: t.service_account_name.clone(),
+            service_account_name: service_account,
+            automount_service_account_token: automount,
             priority_class_name: t.priority_class_name.clone(),
             scheduler_name: t.scheduler_name.clone(),
             init_containers,
@@ -621,6 +739,10 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         ])),
         ..Default::default()
     });
+    let (account, role, binding) = handshake_rbac(spec, name, &ns, &owners);
+    out.service_accounts.extend(account);
+    out.roles.push(role);
+    out.role_bindings.push(binding);
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         let revision = role_revision(spec, role, opts);

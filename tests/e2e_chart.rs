@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ControllerProcess, TestNamespace, cluster, free_port, repo_path, text, wait_for};
+use common::{ControllerProcess, TestNamespace, cluster, free_port, repo_path, text, token_kubeconfig, wait_for};
 
 const KUBE_VERSION: &str = "1.37.2";
 
@@ -154,15 +154,7 @@ fn the_operator_runs_under_the_charts_rbac_and_its_webhook_registration() {
     let full = format!("{rel}-pd-operator");
     let _uninstall = scopeguard(rel.clone(), ns.name.clone());
 
-    // A kubeconfig holding only the chart's ServiceAccount token.
-    let o = cluster().kubectl(&["create", "token", &full, "-n", &ns.name, "--duration", "1h"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let token = String::from_utf8_lossy(&o.stdout).trim().to_owned();
-    let admin: serde_json::Value = serde_norway::from_str(&std::fs::read_to_string(&cluster().kubeconfig).unwrap()).unwrap();
-    let server = admin["clusters"][0]["cluster"]["server"].as_str().unwrap();
-    let ca = admin["clusters"][0]["cluster"]["certificate-authority"].as_str().unwrap();
-    let kubeconfig = std::env::temp_dir().join(format!("sa-{}.kubeconfig", ns.name));
-    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\nusers: [{{name: sa, user: {{token: \"{token}\"}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: sa}}}}]\ncurrent-context: c\n")).unwrap();
+    let kubeconfig = token_kubeconfig(&ns.name, &full);
     let sa = format!("system:serviceaccount:{}:{full}", ns.name);
     let o = cluster().kubectl(&["auth", "can-i", "list", "secrets", "--all-namespaces", "--as", &sa]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no", "the operator must not read every Secret");

@@ -99,6 +99,9 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
             ("Deployment".to_owned(), names(&ns, "deployments", sel)?),
             ("Pod".to_owned(), names(&ns, "pods", &format!("{sel},pd.inference.dev/role in (prefill,decode)"))?),
             ("Service".to_owned(), names(&ns, "services", sel)?),
+            ("ServiceAccount".to_owned(), names(&ns, "serviceaccounts", sel)?),
+            ("Role".to_owned(), names(&ns, "roles", sel)?),
+            ("RoleBinding".to_owned(), names(&ns, "rolebindings", sel)?),
         ]);
         (got == want).then_some(()).ok_or_else(|| format!("want {want:?}\n got {got:?}"))
     });

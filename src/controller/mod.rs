@@ -88,6 +88,8 @@ pub struct Context {
     metrics: Arc<Metrics>,
     /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
     backoff: Mutex<HashMap<String, (u32, Instant)>>,
+    /// Content hash and time of the last apply of each RBAC child (`kind/ns/name`).
+    applied: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 fn digest<T: Serialize>(obj: &T) -> String {
@@ -143,6 +145,32 @@ impl Context {
             }
         }
         Ok(current)
+    }
+
+    /// Applies objects whose content changed since this process last applied them (or longer ago
+    /// than the resync period). No LIST: these children have fixed names and are garbage-collected
+    /// with their PDDeployment.
+    async fn ensure_applied<K>(&self, ns: &str, desired: &[K]) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        for want in desired {
+            let wname = want.meta().name.clone().unwrap_or_default();
+            let key = format!("{}/{ns}/{wname}", K::kind(&()));
+            let hash = digest(want);
+            let fresh = {
+                let map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+                map.get(&key).is_some_and(|(h, at)| *h == hash && at.elapsed() < RESYNC)
+            };
+            if fresh {
+                continue;
+            }
+            self.metrics.write("apply", K::plural(&()).as_ref());
+            api.patch(&wname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(want)).await?;
+            self.applied.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (hash, Instant::now()));
+        }
+        Ok(())
     }
 
     /// How long an instance must still wait before it may be recreated again.
@@ -249,9 +277,13 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         }
 
         // Render, then bring the support objects to the rendered state.
-        let Rendered { services, config_maps, pods: desired_pods, deployments } = render::render(pdd, &facts, &ctx.render)?;
+        let Rendered { services, config_maps, service_accounts, roles, role_bindings, pods: desired_pods, deployments } =
+            render::render(pdd, &facts, &ctx.render)?;
         ctx.sync_children(&ns, &name, &uid, &services).await?;
         ctx.sync_children(&ns, &name, &uid, &config_maps).await?;
+        ctx.ensure_applied(&ns, &service_accounts).await?;
+        ctx.ensure_applied(&ns, &roles).await?;
+        ctx.ensure_applied(&ns, &role_bindings).await?;
         let routers = ctx.sync_children(&ns, &name, &uid, &deployments).await?;
         let router_ready =
             pdd.spec.router.enabled.then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0));
@@ -325,7 +357,11 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             degraded,
             now,
         };
-        write_status(&ctx, pdd, &ns, &name, status::compute(&inputs)).await?;
+        let next = status::compute(&inputs);
+        if let Some((type_, reason, note)) = status::handshake_transition(pdd.status.as_ref(), &next) {
+            ctx.event(pdd, type_, &reason, "Handshake", note).await;
+        }
+        write_status(&ctx, pdd, &ns, &name, next).await?;
         Ok(Action::requeue(requeue))
     }
     .instrument(span)
@@ -418,6 +454,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         render: settings.render.clone(),
         metrics: metrics.clone(),
         backoff: Mutex::new(HashMap::new()),
+        applied: Mutex::new(HashMap::new()),
     });
     ready.store(true, Ordering::Relaxed);
     info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");

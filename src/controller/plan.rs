@@ -30,6 +30,8 @@ pub struct GateCondition {
     pub passed: bool,
     pub reason: String,
     pub message: String,
+    /// The rank map the sidecar published with a passed handshake.
+    pub rank_map: Option<Vec<crate::api::RankTargets>>,
 }
 
 impl ObservedPod {
@@ -56,6 +58,12 @@ impl ObservedPod {
                 passed: c.status == "True",
                 reason: c.reason.clone().unwrap_or_default(),
                 message: c.message.clone().unwrap_or_default(),
+                rank_map: pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(crate::render::RANK_MAP_ANNOTATION))
+                    .and_then(|text| serde_json::from_str(text).ok()),
             }),
         })
     }

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::plan::ObservedPod;
-use crate::api::{Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
+use crate::api::{DecodeRankMap, Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
 use crate::render;
 use crate::validate::Role;
 
@@ -215,6 +215,34 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         prefill: role_status(&p),
         decode: role_status(&d),
         endpoints: valid.then(|| endpoints(pdd)),
-        rank_map: pdd.status.as_ref().map(|s| s.rank_map.clone()).unwrap_or_default(),
+        rank_map: rank_map(inputs),
     }
+}
+
+/// The Event to publish when `HandshakeReady` changes status or reason: (type, reason, note).
+pub fn handshake_transition(
+    previous: Option<&PDDeploymentStatus>,
+    next: &PDDeploymentStatus,
+) -> Option<(kube::runtime::events::EventType, String, String)> {
+    let find = |s: &PDDeploymentStatus| s.conditions.iter().find(|c| c.type_ == HANDSHAKE_READY).cloned();
+    let now = find(next)?;
+    let before = previous.and_then(find);
+    if before.as_ref().is_some_and(|b| b.status == now.status && b.reason == now.reason) || now.status == "Unknown" {
+        return None;
+    }
+    let type_ = if now.status == "True" { kube::runtime::events::EventType::Normal } else { kube::runtime::events::EventType::Warning };
+    Some((type_, now.reason.clone(), now.message.clone()))
+}
+
+/// Per decode instance, the rank map its sidecar published with a passed handshake.
+fn rank_map(inputs: &StatusInputs) -> Vec<DecodeRankMap> {
+    (0..inputs.pdd.spec.decode.replicas.max(0) as u32)
+        .filter_map(|i| {
+            let published = inputs.observed.iter().filter(|p| p.role == Role::Decode && p.instance == i && !p.deleting).find_map(|p| {
+                let h = p.handshake.as_ref().filter(|h| h.passed)?;
+                h.rank_map.clone()
+            })?;
+            Some(DecodeRankMap { decode_instance: i, ranks: published })
+        })
+        .collect()
 }

@@ -320,3 +320,16 @@ pub fn operator(args: &[&str]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_pd-operator")).args(args).output().expect("run pd-operator");
     (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
+
+/// A kubeconfig that holds only a token of ServiceAccount `ns/account` (valid one hour).
+pub fn token_kubeconfig(ns: &str, account: &str) -> PathBuf {
+    let o = cluster().kubectl(&["create", "token", account, "-n", ns, "--duration", "1h"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let token = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let admin: serde_json::Value = serde_norway::from_str(&std::fs::read_to_string(&cluster().kubeconfig).unwrap()).unwrap();
+    let server = admin["clusters"][0]["cluster"]["server"].as_str().unwrap();
+    let ca = admin["clusters"][0]["cluster"]["certificate-authority"].as_str().unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!("sa-{ns}-{account}.kubeconfig"));
+    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\nusers: [{{name: sa, user: {{token: \"{token}\"}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: sa}}}}]\ncurrent-context: c\n")).unwrap();
+    kubeconfig
+}

@@ -1,0 +1,123 @@
+//! The handshake end to end on the real control plane: the controller renders a decode pod with
+//! the sidecar's readiness gate; the sidecar runs as a host process (kwok plays the containers)
+//! under the decode pod's own ServiceAccount token, against a stand-in prefill.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Background, ControllerProcess, TestNamespace, cluster, free_port, text, token_kubeconfig, wait_for};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn sim_pdd(name: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 4}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 2}}}}\n  router: {{enabled: false}}\n"
+    )
+}
+
+fn condition(v: &Value, type_: &str) -> Option<Value> {
+    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
+}
+
+fn start_prefill(bootstrap: u16, extra: &[&str]) -> Background {
+    let b = bootstrap.to_string();
+    let http = free_port().to_string();
+    let mut args = vec!["sim", "prefill", "--tp-size", "4", "--page-size", "64", "--host", "127.0.0.1"];
+    args.extend(["--disaggregation-bootstrap-port", &b, "--port", &http]);
+    args.extend(extra);
+    let p = Background::operator("e2e-prefill", &args);
+    p.wait_port(bootstrap);
+    p
+}
+
+#[test]
+fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill_matches() {
+    let ns = TestNamespace::new("handshake");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let name = "hs";
+    let o = ns.apply(&sim_pdd(name));
+    assert!(o.status.success(), "{}", text(&o));
+    let decode_pod = format!("{name}-decode-0-0");
+    wait_for(WAIT, "the decode pod running under kwok", || {
+        let p = ns.get_json("pod", &decode_pod)?;
+        (p["status"]["phase"] == "Running").then_some(()).ok_or_else(|| p["status"].to_string())
+    });
+
+    // The sidecar reads what the controller rendered into the handshake ConfigMap.
+    let cm = ns.get_json("configmap", &format!("{name}-handshake")).unwrap();
+    let decode_json = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(decode_json.path(), cm["data"]["decode.json"].as_str().unwrap()).unwrap();
+    let bootstrap = free_port();
+    let mut prefill = start_prefill(bootstrap, &["--sim-page-size", "32"]);
+    let kubeconfig = token_kubeconfig(&ns.name, &format!("{name}-decode"));
+    let pod_ref = format!("{}/{decode_pod}", ns.name);
+    let addr = format!("127.0.0.1:{bootstrap}");
+    let _sidecar = common::Background::spawn(
+        "e2e-sidecar",
+        std::process::Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+            .args(["handshake", "run", "--decode", decode_json.path().to_str().unwrap(), "--prefill", &addr, "--pod", &pod_ref])
+            .env("KUBECONFIG", &kubeconfig),
+    );
+
+    let page_text = "Page size mismatch: prefill server has page_size=32, but decode server has page_size=64. Both servers must use the same --page-size value.";
+    wait_for(WAIT, "HandshakeReady=False with SGLang's page-size text", || {
+        let v = ns.get_json("pdd", name)?;
+        let c = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
+        (c["status"] == "False" && c["reason"] == "PageSizeMismatch" && c["message"].as_str().is_some_and(|m| m.contains(page_text)))
+            .then_some(())
+            .ok_or_else(|| c.to_string())
+    });
+    let pod = ns.get_json("pod", &decode_pod).unwrap();
+    let gate = condition(&pod, "pd.inference.dev/handshake").unwrap();
+    assert_eq!(gate["status"], "False");
+    assert_eq!(gate["message"], format!("prefill {addr}: RuntimeError: {page_text}"));
+    assert_eq!(condition(&pod, "Ready").unwrap()["status"], "False", "a failed handshake must keep the decode pod out of service");
+    assert!(ns.get_json("pdd", name).unwrap()["status"]["rankMap"].is_null());
+
+    // The sidecar's token may patch its own PDDeployment's decode pods' status, nothing else.
+    let as_sidecar = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+        all.extend(args);
+        cluster().kubectl(&all)
+    };
+    let o = as_sidecar(&[
+        "patch",
+        "pod",
+        &format!("{name}-prefill-0-0"),
+        "-n",
+        &ns.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        "{\"metadata\":{\"annotations\":{\"x\":\"y\"}}}",
+    ]);
+    assert!(!o.status.success() && text(&o).contains("forbidden"), "{}", text(&o));
+    let o = as_sidecar(&["get", "pods", "-n", &ns.name]);
+    assert!(!o.status.success() && text(&o).contains("forbidden"), "{}", text(&o));
+
+    // Fix the prefill: the sidecar re-checks, the gate turns True, the pod Ready, the map appears.
+    prefill.stop();
+    let _prefill = start_prefill(bootstrap, &[]);
+    wait_for(WAIT, "HandshakeReady=True and status.rankMap", || {
+        let v = ns.get_json("pdd", name)?;
+        let c = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
+        (c["status"] == "True" && v["status"]["rankMap"].is_array()).then_some(v.clone()).ok_or_else(|| v["status"].to_string())
+    });
+    let v = ns.get_json("pdd", name).unwrap();
+    let map = &v["status"]["rankMap"][0];
+    assert_eq!(map["decodeInstance"], 0);
+    // MLA decode TP2 against prefill TP4: rank 0 reads prefill ranks 0 and 1, rank 1 reads 2 and 3.
+    assert_eq!(map["ranks"][0]["tpRanks"], serde_json::json!([0, 1]));
+    assert_eq!(map["ranks"][1]["tpRanks"], serde_json::json!([2, 3]));
+    assert_eq!(map["ranks"][1]["requiredPrefillResponseNum"], 1);
+    wait_for(WAIT, "the decode pod Ready", || {
+        let p = ns.get_json("pod", &decode_pod)?;
+        let ready = condition(&p, "Ready").ok_or_else(|| p["status"].to_string())?;
+        (ready["status"] == "True").then_some(()).ok_or_else(|| ready.to_string())
+    });
+    let o = cluster().kubectl(&["get", "events.events.k8s.io", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}"]);
+    let reasons = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(reasons.contains("PageSizeMismatch") && reasons.contains("HandshakeSucceeded"), "events: {reasons}");
+}
