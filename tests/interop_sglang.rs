@@ -272,3 +272,66 @@ fn sglang_decode_fetch_reads_the_stand_in_like_its_own_server() {
         |v: &Value| v["body"].as_str().unwrap().replace(&format!("\"prefill_http_port\": {}", v["record"]["prefill_http_port"]), "");
     assert_eq!(strip(&ours), strip(&theirs));
 }
+
+fn readyz(port: u16) -> (u16, String) {
+    block_on(async {
+        match http_client::send(hyper::Method::GET, &format!("127.0.0.1:{port}"), "/readyz", None, Duration::from_secs(2), 4096).await {
+            Ok(r) => (r.status, r.text()),
+            Err(e) => (0, e.to_string()),
+        }
+    })
+}
+
+/// The long-running sidecar: /readyz follows the handshake, the heartbeat notices a lost prefill,
+/// and SIGTERM stops it cleanly.
+#[test]
+fn running_sidecar_follows_registration_and_prefill_loss() {
+    let (mut server, port) = sglang_server();
+    let addr = format!("127.0.0.1:{port}");
+    let d = decode_file(json!({"attn_tp_size": 2, "page_size": 16, "kv_cache_dtype": "auto", "kv_pool": "mha"}));
+    let listen = free_port();
+    let mut sidecar = Background::operator(
+        "sidecar",
+        &["handshake", "run", "--decode", d.path().to_str().unwrap(), "--prefill", &addr, "--listen", &format!("127.0.0.1:{listen}")],
+    );
+    sidecar.wait_port(listen);
+    common::wait_for(Duration::from_secs(20), "/readyz 503 while nothing registered", || {
+        let (status, body) = readyz(listen);
+        (status == 503 && body.contains("Registering")).then_some(()).ok_or(format!("{status} {body}"))
+    });
+    let p = port.to_string();
+    let _ranks = Background::operator(
+        "sim-registrar",
+        &[
+            "sim",
+            "prefill",
+            "--tp-size",
+            "2",
+            "--page-size",
+            "16",
+            "--sim-bootstrap-server",
+            "false",
+            "--dist-init-addr",
+            "127.0.0.1:1",
+            "--disaggregation-bootstrap-port",
+            &p,
+            "--port",
+            &free_port().to_string(),
+        ],
+    );
+    common::wait_for(Duration::from_secs(30), "/readyz 200 after registration", || {
+        let (status, body) = readyz(listen);
+        (status == 200).then_some(()).ok_or(format!("{status} {body}"))
+    });
+    server.stop();
+    common::wait_for(Duration::from_secs(30), "/readyz 503 after two missed heartbeats", || {
+        let (status, body) = readyz(listen);
+        (status == 503).then_some(body.clone()).ok_or(format!("{status} {body}"))
+    });
+    let (_, body) = readyz(listen);
+    assert!(
+        body.contains(&format!("Lost connection with prefill instance (bootstrap_addr: {addr})")) || body.contains("PrefillUnreachable"),
+        "{body}"
+    );
+    sidecar.terminate_and_wait_success();
+}

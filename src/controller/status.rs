@@ -246,3 +246,87 @@ fn rank_map(inputs: &StatusInputs) -> Vec<DecodeRankMap> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RankTargets;
+    use crate::controller::plan::GateCondition;
+    use kube::runtime::events::EventType;
+
+    fn pdd() -> PDDeployment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment",
+            "metadata": {"name": "x", "namespace": "ns"},
+            "spec": {"model": {"path": "deepseek-ai/DeepSeek-V3"}, "prefill": {"replicas": 1, "parallelism": {"tp": 4}},
+                     "decode": {"replicas": 2, "parallelism": {"tp": 2}}}
+        }))
+        .unwrap()
+    }
+
+    fn decode_pod(instance: u32, passed: Option<bool>, map: Option<Vec<RankTargets>>) -> ObservedPod {
+        ObservedPod {
+            name: format!("x-decode-{instance}-0"),
+            role: Role::Decode,
+            instance,
+            node: 0,
+            revision: String::new(),
+            phase: "Running".into(),
+            deleting: false,
+            containers_ready: true,
+            handshake: passed.map(|passed| GateCondition { passed, reason: String::new(), message: String::new(), rank_map: map }),
+        }
+    }
+
+    fn with_handshake(status: &str, reason: &str) -> PDDeploymentStatus {
+        PDDeploymentStatus {
+            conditions: vec![cond(HANDSHAKE_READY, None, reason, "m".into())]
+                .into_iter()
+                .map(|mut c| {
+                    c.status = status.into();
+                    c
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_event_only_when_the_handshake_condition_changes() {
+        let failing = with_handshake("False", "PageSizeMismatch");
+        let passing = with_handshake("True", "HandshakeSucceeded");
+        assert!(handshake_transition(Some(&failing), &failing).is_none());
+        assert!(handshake_transition(None, &with_handshake("Unknown", "WaitingForHandshake")).is_none());
+        let (type_, reason, _) = handshake_transition(Some(&failing), &passing).unwrap();
+        assert_eq!((type_, reason.as_str()), (EventType::Normal, "HandshakeSucceeded"));
+        let (type_, reason, _) = handshake_transition(None, &failing).unwrap();
+        assert_eq!((type_, reason.as_str()), (EventType::Warning, "PageSizeMismatch"));
+    }
+
+    #[test]
+    fn the_rank_map_lists_only_instances_with_a_passed_published_handshake() {
+        let pdd = pdd();
+        let ranks = vec![RankTargets {
+            engine_rank: 0,
+            pp_rank: 0,
+            tp_ranks: vec![0, 1],
+            cp_ranks: vec![0],
+            pp_ranks: vec![0],
+            required_dst_info_num: 1,
+            required_prefill_response_num: 1,
+        }];
+        let observed = [decode_pod(0, Some(true), Some(ranks.clone())), decode_pod(1, Some(false), Some(ranks.clone()))];
+        let inputs = StatusInputs {
+            pdd: &pdd,
+            validation: Ok(()),
+            observed: &observed,
+            nodes: (1, 1),
+            revisions: ("", ""),
+            router_ready: None,
+            degraded: None,
+            now: Time(jiff::Timestamp::UNIX_EPOCH),
+        };
+        let map = rank_map(&inputs);
+        assert_eq!(map, vec![DecodeRankMap { decode_instance: 0, ranks }]);
+    }
+}

@@ -224,6 +224,7 @@ impl HandshakeFailure {
     pub fn reason(&self) -> &'static str {
         let e = self.error.as_str();
         match () {
+            _ if e.contains("beyond any real deployment") => "IncompatibleTopologyBody",
             _ if e.starts_with("Page size mismatch") => "PageSizeMismatch",
             _ if e.starts_with("KV cache dtype mismatch") => "KVCacheDtypeMismatch",
             _ if e.starts_with("MiniMax sparse") => "AttentionTPMismatch",
@@ -261,6 +262,9 @@ pub struct Handshake {
     pub ranks: Vec<RankMapping>,
     pub warnings: Vec<String>,
 }
+
+/// Largest parallel size taken at face value from a topology body.
+pub const MAX_PLAUSIBLE_SIZE: i64 = 1 << 16;
 
 pub const PERF_WARNING: &str = "Performance is NOT guaranteed when using different TP sizes for non-MLA models. ";
 
@@ -452,8 +456,19 @@ fn map_rank(
 /// rank major, exactly as SGLang 0.5.23 would on each decode scheduler process.
 pub fn handshake(d: &DecodeTopology, p: &PrefillInfo) -> Result<Handshake, HandshakeFailure> {
     sanity_checks(d, p)?;
+    // The mapping allocates per prefill rank; a hostile body must not make it allocate terabytes.
+    for (name, v) in [("attn_tp_size", p.attn_tp_size), ("attn_cp_size", p.attn_cp_size), ("dp_size", p.dp_size), ("pp_size", p.pp_size)] {
+        if v > MAX_PLAUSIBLE_SIZE {
+            return Err(HandshakeFailure {
+                kind: "InputError",
+                error: format!(
+                    "the prefill reports {name}={v}, beyond any real deployment (at most {MAX_PLAUSIBLE_SIZE}); no mapping computed"
+                ),
+            });
+        }
+    }
     let mut warnings = Vec::new();
-    let mut ranks = Vec::with_capacity(usize::try_from(d.attn_tp_size * d.pp_size).unwrap_or(0));
+    let mut ranks = Vec::with_capacity(usize::try_from(d.attn_tp_size.saturating_mul(d.pp_size)).unwrap_or(0).min(1 << 16));
     for engine_rank in 0..d.attn_tp_size {
         for pp_rank in 0..d.pp_size {
             ranks.push(map_rank(d, p, engine_rank, pp_rank, &mut warnings)?);

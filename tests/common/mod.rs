@@ -307,6 +307,20 @@ impl Background {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// SIGTERM, then asserts a clean exit (status 0) within 5 s.
+    pub fn terminate_and_wait_success(&mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(status.success(), "exit after SIGTERM: {status}; log:\n{}", self.log_text());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("still running 5 s after SIGTERM; log:\n{}", self.log_text());
+    }
 }
 
 impl Drop for Background {
