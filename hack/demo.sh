@@ -16,10 +16,26 @@ RELEASE=pd-operator
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 stop_operator() {
-  if [ -f "$PD_CLUSTER_DIR/operator.pid" ]; then
-    kill "$(cat "$PD_CLUSTER_DIR/operator.pid")" 2>/dev/null || true
-    rm -f "$PD_CLUSTER_DIR/operator.pid"
-  fi
+  for f in operator.pid sim-prefill.pid sidecar.pid; do
+    if [ -f "$PD_CLUSTER_DIR/$f" ]; then
+      kill "$(cat "$PD_CLUSTER_DIR/$f")" 2>/dev/null || true
+      rm -f "$PD_CLUSTER_DIR/$f"
+    fi
+  done
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# The sim example's prefill stand-in on this host (kwok runs no containers); extra flags inject faults.
+start_sim_prefill() {
+  if [ -f "$PD_CLUSTER_DIR/sim-prefill.pid" ]; then kill "$(cat "$PD_CLUSTER_DIR/sim-prefill.pid")" 2>/dev/null || true; sleep 0.5; fi
+  nohup "$PD" sim prefill --tp-size 2 --page-size 64 --host 127.0.0.1 --port "$(free_port)" \
+    --disaggregation-bootstrap-port "$SIM_BOOTSTRAP" "$@" >>"$PD_CLUSTER_DIR/logs/sim-prefill.log" 2>&1 &
+  echo $! >"$PD_CLUSTER_DIR/sim-prefill.pid"
+}
+
+handshake_condition() {
+  kubectl get pdd sim-dsv3 -o jsonpath='{range .status.conditions[?(@.type=="HandshakeReady")]}{.status} {.reason}: {.message}{end}'
 }
 
 case "${1:-up}" in
@@ -50,7 +66,7 @@ kubectl get nodes
 say "install: CRD (kubectl apply --server-side) and the Helm chart"
 kubectl apply --server-side -f crds/
 kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=60s
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 # No container runs on kwok nodes: the operator runs on this host (replicaCount=0) and the
 # chart's webhook registration points at it by URL.
 helm install "$RELEASE" charts/pd-operator -n "$OPERATOR_NS" --create-namespace \
@@ -90,6 +106,30 @@ for f in deepseek-v3-dcp qwen3-gqa multi-node-prefill llama-different-tp; do kub
 sleep 8
 kubectl get pdd
 kubectl get pods -o wide -l app.kubernetes.io/managed-by=pd-operator | head -20
+
+say "runtime: the handshake sidecar of a sim decode pod, against a prefill stand-in with the wrong page size"
+kubectl apply -f examples/sim-demo.yaml
+for _ in $(seq 1 60); do
+  [ "$(kubectl get pod sim-dsv3-decode-0-0 -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] && break
+  sleep 0.5
+done
+kubectl get configmap sim-dsv3-handshake -o jsonpath='{.data.decode\.json}' >"$PD_CLUSTER_DIR/sim-decode.json"
+SIM_BOOTSTRAP=$(free_port)
+start_sim_prefill --sim-page-size 32
+# The sidecar runs here as it would in the pod: under the decode pods' own ServiceAccount token.
+SA_TOKEN=$(kubectl create token sim-dsv3-decode --duration 24h)
+sed "s/token: \"[^\"]*\"/token: \"$SA_TOKEN\"/" "$PD_CLUSTER_DIR/operator.kubeconfig" >"$PD_CLUSTER_DIR/sidecar.kubeconfig"
+KUBECONFIG="$PD_CLUSTER_DIR/sidecar.kubeconfig" nohup "$PD" handshake run --decode "$PD_CLUSTER_DIR/sim-decode.json" \
+  --prefill "127.0.0.1:$SIM_BOOTSTRAP" --pod default/sim-dsv3-decode-0-0 >"$PD_CLUSTER_DIR/logs/sidecar.log" 2>&1 &
+echo $! >"$PD_CLUSTER_DIR/sidecar.pid"
+for _ in $(seq 1 60); do handshake_condition | grep -q '^False PageSizeMismatch' && break; sleep 0.5; done
+echo "HandshakeReady: $(handshake_condition)"
+kubectl get pod sim-dsv3-decode-0-0 -o jsonpath='decode pod Ready={.status.conditions[?(@.type=="Ready")].status}{"\n"}'
+say "the prefill stand-in restarts with the matching page size; the sidecar re-checks"
+start_sim_prefill
+for _ in $(seq 1 60); do handshake_condition | grep -q '^True' && break; sleep 0.5; done
+echo "HandshakeReady: $(handshake_condition)"
+echo "status.rankMap: $(kubectl get pdd sim-dsv3 -o jsonpath='{.status.rankMap}')"
 
 say "the cluster and the operator keep running; to use them:"
 echo "$EXPORT"

@@ -9,6 +9,9 @@ BIN=$(hack/tools.sh | tail -n 1)
 export PD_TOOLS_BIN="$BIN"
 export PATH="$BIN:$PATH"
 
+# The interop tests load SGLang's bootstrap server from the pinned wheel.
+export PD_SGLANG_PYTHON=${PD_SGLANG_PYTHON:-$(hack/sglang-venv.sh)}
+
 # Tests run in parallel on one cluster and together ask for far more than 32 GPUs.
 export PD_GPU_NODES=${PD_GPU_NODES:-16}
 
