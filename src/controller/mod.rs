@@ -15,11 +15,12 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -50,6 +51,8 @@ pub enum Error {
     Render(#[from] RenderError),
     #[error("{0} has no namespace or name")]
     Unnamed(&'static str),
+    #[error("a child cache stopped")]
+    CacheClosed,
 }
 
 impl Error {
@@ -59,6 +62,7 @@ impl Error {
             Error::Kube(_) => "client",
             Error::Render(_) => "render",
             Error::Unnamed(_) => "unnamed",
+            Error::CacheClosed => "cache",
         }
     }
 }
@@ -90,16 +94,45 @@ pub struct Context {
     backoff: Mutex<HashMap<String, (u32, Instant)>>,
     /// Content hash and time of the last apply of each RBAC child (`kind/ns/name`).
     applied: Mutex<HashMap<String, (String, Instant)>>,
+    /// The operator's children as the watches see them: reconciles read these, never LIST.
+    stores: ChildStores,
+}
+
+/// Reflector caches of every child kind the operator owns (label `managed-by=pd-operator`).
+#[derive(Clone)]
+pub struct ChildStores {
+    pods: Store<Pod>,
+    services: Store<Service>,
+    config_maps: Store<ConfigMap>,
+    deployments: Store<Deployment>,
+}
+
+impl ChildStores {
+    /// Waits for every cache's first full list (instant once they have it).
+    async fn ready(&self) -> Result<(), Error> {
+        let waits = futures::future::try_join4(
+            self.pods.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.deployments.wait_until_ready(),
+        );
+        waits.await.map(|_| ()).map_err(|_| Error::CacheClosed)
+    }
+}
+
+/// The children of PDDeployment `ns/name` (uid `uid`) in a cache.
+fn children_in<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, ns: &str, name: &str, uid: &str) -> Vec<Arc<K>> {
+    store.state_filter(|o| {
+        let m = o.meta();
+        m.namespace.as_deref() == Some(ns)
+            && m.labels.as_ref().and_then(|l| l.get(LABEL_DEPLOYMENT)).map(String::as_str) == Some(name)
+            && owned_by(m, uid)
+    })
 }
 
 fn digest<T: Serialize>(obj: &T) -> String {
     let bytes = serde_json::to_vec(obj).unwrap_or_default();
     Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// Label selector of every object the operator created for one PDDeployment.
-fn children_selector(name: &str) -> String {
-    format!("{LABEL_DEPLOYMENT}={name},{MANAGED_BY}={OPERATOR}")
 }
 
 fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
@@ -116,32 +149,37 @@ impl Context {
     }
 
     /// Applies each support object whose desired content changed, then deletes leftovers.
-    async fn sync_children<K>(&self, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
+    async fn sync_children<K>(&self, store: &Store<K>, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-        let existing = api.list(&ListParams::default().labels(&children_selector(name))).await?;
+        let existing = children_in(store, ns, name, uid);
         let mut current = Vec::new();
         for want in desired {
             let mut want = want.clone();
             let hash = digest(&want);
             want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let wname = want.meta().name.clone().unwrap_or_default();
-            let have = existing.items.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
+            let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
             if have.and_then(|h| h.meta().annotations.as_ref()).and_then(|a| a.get(APPLIED_HASH)) == Some(&hash) {
-                current.push(have.cloned().unwrap_or(want));
+                current.push(have.map(|h| K::clone(h)).unwrap_or(want));
                 continue;
             }
             self.metrics.write("apply", K::plural(&()).as_ref());
             let applied = api.patch(&wname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&want)).await?;
             current.push(applied);
         }
-        for leftover in existing.items.iter().filter(|e| owned_by(e.meta(), uid)) {
+        for leftover in &existing {
             let lname = leftover.meta().name.clone().unwrap_or_default();
             if !desired.iter().any(|d| d.meta().name.as_deref() == Some(lname.as_str())) {
                 self.metrics.write("delete", K::plural(&()).as_ref());
-                api.delete(&lname, &DeleteParams::background()).await?;
+                match api.delete(&lname, &DeleteParams::background()).await {
+                    // The cache may lag behind a delete this process already made.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                    Ok(_) => {}
+                }
             }
         }
         Ok(current)
@@ -249,10 +287,10 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         if let Err(e) = &config {
             problems.push(format!("spec.model.configMapRef: {e}"));
         }
+        ctx.stores.ready().await?;
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let pods = pods_api.list(&ListParams::default().labels(&children_selector(&name))).await?;
         let observed: Vec<ObservedPod> =
-            pods.items.iter().filter(|p| owned_by(&p.metadata, &uid)).filter_map(ObservedPod::from_pod).collect();
+            children_in(&ctx.stores.pods, &ns, &name, &uid).iter().filter_map(|p| ObservedPod::from_pod(p)).collect();
         if !problems.is_empty() {
             let message = problems.join("; ");
             let was_invalid = pdd
@@ -279,12 +317,12 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         // Render, then bring the support objects to the rendered state.
         let Rendered { services, config_maps, service_accounts, roles, role_bindings, pods: desired_pods, deployments } =
             render::render(pdd, &facts, &ctx.render)?;
-        ctx.sync_children(&ns, &name, &uid, &services).await?;
-        ctx.sync_children(&ns, &name, &uid, &config_maps).await?;
+        ctx.sync_children(&ctx.stores.services, &ns, &name, &uid, &services).await?;
+        ctx.sync_children(&ctx.stores.config_maps, &ns, &name, &uid, &config_maps).await?;
         ctx.ensure_applied(&ns, &service_accounts).await?;
         ctx.ensure_applied(&ns, &roles).await?;
         ctx.ensure_applied(&ns, &role_bindings).await?;
-        let routers = ctx.sync_children(&ns, &name, &uid, &deployments).await?;
+        let routers = ctx.sync_children(&ctx.stores.deployments, &ns, &name, &uid, &deployments).await?;
         let router_ready =
             pdd.spec.router.enabled.then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0));
 
@@ -376,6 +414,17 @@ fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc
     Action::requeue(Duration::from_secs(5))
 }
 
+/// A watch of `api` that keeps a cache of what it sees (managed fields dropped: they are most of
+/// an object's bytes and nothing here reads them), and the stream that triggers reconciles.
+fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let events = watcher(api, config).default_backoff().modify(|o: &mut K| o.meta_mut().managed_fields = None);
+    (reader, reflector::reflector(writer, events).touched_objects())
+}
+
 /// Runs the controller until SIGTERM/SIGINT, or until leadership is lost.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
@@ -447,6 +496,11 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         }
     };
     let (pods, services, config_maps, deployments) = child_api(&client);
+    let (pod_store, pod_events) = cached(pods, managed.clone());
+    let (service_store, service_events) = cached(services, managed.clone());
+    let (config_map_store, config_map_events) = cached(config_maps, managed.clone());
+    let (deployment_store, deployment_events) = cached(deployments, managed);
+    let stores = ChildStores { pods: pod_store, services: service_store, config_maps: config_map_store, deployments: deployment_store };
     let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -455,14 +509,15 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         metrics: metrics.clone(),
         backoff: Mutex::new(HashMap::new()),
         applied: Mutex::new(HashMap::new()),
+        stores,
     });
     ready.store(true, Ordering::Relaxed);
     info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");
     let controller = Controller::new(guarded, watcher::Config::default().any_semantic())
-        .owns(pods, managed.clone())
-        .owns(services, managed.clone())
-        .owns(config_maps, managed.clone())
-        .owns(deployments, managed)
+        .owns_stream(pod_events)
+        .owns_stream(service_events)
+        .owns_stream(config_map_events)
+        .owns_stream(deployment_events)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
         .graceful_shutdown_on(stopped());
