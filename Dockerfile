@@ -12,6 +12,8 @@ WORKDIR /src
 ENV CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# Cargo.toml declares the benchmark target; cargo refuses a manifest whose targets are missing.
+COPY benches ./benches
 RUN cargo build --release --locked --bin pd-operator \
  && strip target/release/pd-operator \
  && cp target/release/pd-operator /pd-operator

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use pd_operator::api::{PDDeployment, PDDeploymentSpec};
@@ -132,6 +132,11 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
     };
     let (cpu, hwm_kib) = proc_stats(child.id());
     let writes = metric_sum(port, "pd_operator_api_writes_total");
+    // Where the writes go, per verb and resource, for the note.
+    let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{port}/metrics")]).output().unwrap();
+    for line in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("pd_operator_api_writes_total")) {
+        eprintln!("[bench] N={n}: {line}");
+    }
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
     delete_namespace(client, &ns).await;
@@ -144,17 +149,23 @@ async fn floor(client: &Client, n: usize) -> (f64, f64) {
     let facts = pd_operator::model::resolve(&spec().model, None);
     let opts = RenderOptions { default_namespace: ns.clone(), ..RenderOptions::default() };
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let batches: Vec<Vec<Pod>> = (0..n)
+    let accounts_api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let batches: Vec<(Vec<ServiceAccount>, Vec<Pod>)> = (0..n)
         .map(|i| {
             let mut pdd = PDDeployment::new(&format!("p{i}"), spec());
             pdd.metadata.namespace = Some(ns.clone());
-            render(&pdd, &facts, &opts).unwrap().pods
+            let r = render(&pdd, &facts, &opts).unwrap();
+            (r.service_accounts, r.pods)
         })
         .collect();
     let start = Instant::now();
-    join_all(batches.into_iter().map(|pods| {
-        let api = pods_api.clone();
+    join_all(batches.into_iter().map(|(accounts, pods)| {
+        let (api, accounts_api) = (pods_api.clone(), accounts_api.clone());
         async move {
+            // The decode pods run under their ServiceAccount: it must exist first, as in the controller.
+            for a in accounts {
+                accounts_api.create(&PostParams::default(), &a).await.expect("create service account");
+            }
             for p in pods {
                 api.create(&PostParams::default(), &p).await.expect("create pod");
             }

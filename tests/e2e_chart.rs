@@ -199,7 +199,7 @@ fn the_operator_runs_under_the_charts_rbac_and_its_webhook_registration() {
     let log = std::fs::read_to_string(&ctl.log).unwrap_or_default();
     assert!(!log.contains("forbidden"), "an RBAC denial was logged:\n{}", ctl.log_tail());
     let o = cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={.items[*].reason}"]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("InstanceCreated"), "events are published under the chart's RBAC");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("InstancesCreated"), "events are published under the chart's RBAC");
 }
 
 /// Uninstalls a release when dropped, so a failing test leaves no cluster-scoped objects.

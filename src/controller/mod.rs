@@ -40,6 +40,11 @@ const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
 const RESYNC: Duration = Duration::from_secs(300);
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Progress-only status changes (counts, messages) are written at most this often per
+/// PDDeployment: pods of a new PDDeployment turn ready one by one, and each would be a write.
+const STATUS_MIN_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a pod this process created is presumed to exist while the cache does not show it.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -96,6 +101,10 @@ pub struct Context {
     applied: Mutex<HashMap<String, (String, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
     stores: ChildStores,
+    /// When each PDDeployment's status was last written (`ns/name`).
+    status_written: Mutex<HashMap<String, Instant>>,
+    /// Pods this process created that the pod cache may not show yet (`ns/name` → when).
+    expected_pods: Mutex<HashMap<String, Instant>>,
 }
 
 /// Reflector caches of every child kind the operator owns (label `managed-by=pd-operator`).
@@ -211,6 +220,14 @@ impl Context {
         Ok(())
     }
 
+    /// Whether pod `ns/name` was created by this process within the last 30 s (and is therefore
+    /// only missing from a lagging cache). Expired entries are dropped.
+    fn expecting(&self, key: &str) -> bool {
+        let mut map = self.expected_pods.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, at| at.elapsed() < EXPECTATION_TTL);
+        map.contains_key(key)
+    }
+
     /// How long an instance must still wait before it may be recreated again.
     fn backoff_remaining(&self, key: &str) -> Option<Duration> {
         let map = self.backoff.lock().ok()?;
@@ -237,6 +254,26 @@ async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<O
     HfConfig::parse(text).map(Some).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key))
 }
 
+/// How long a progress-only status change should wait before it is written; `None`: write now.
+fn status_delay(
+    ctx: &Context,
+    key: &str,
+    previous: Option<&crate::api::PDDeploymentStatus>,
+    next: &crate::api::PDDeploymentStatus,
+) -> Option<Duration> {
+    let previous = previous?;
+    if previous == next {
+        return None;
+    }
+    let flips = |s: &crate::api::PDDeploymentStatus| s.conditions.iter().map(|c| (c.type_.clone(), c.status.clone())).collect::<Vec<_>>();
+    // A condition turning True/False, a new generation or a new rank map is news: write at once.
+    if flips(previous) != flips(next) || previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map {
+        return None;
+    }
+    let last = *ctx.status_written.lock().unwrap_or_else(|p| p.into_inner()).get(key)?;
+    STATUS_MIN_INTERVAL.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+}
+
 async fn write_status(
     ctx: &Context,
     pdd: &PDDeployment,
@@ -247,6 +284,7 @@ async fn write_status(
     if pdd.status.as_ref() == Some(&status) {
         return Ok(());
     }
+    ctx.status_written.lock().unwrap_or_else(|p| p.into_inner()).insert(format!("{ns}/{name}"), Instant::now());
     let api: Api<PDDeployment> = Api::namespaced(ctx.client.clone(), ns);
     let body = serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "status": status});
     ctx.metrics.write("apply", "pddeployments/status");
@@ -291,6 +329,13 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let observed: Vec<ObservedPod> =
             children_in(&ctx.stores.pods, &ns, &name, &uid).iter().filter_map(|p| ObservedPod::from_pod(p)).collect();
+        {
+            // Seen in the cache: from now on, a missing pod is really gone.
+            let mut expected = ctx.expected_pods.lock().unwrap_or_else(|p| p.into_inner());
+            for o in &observed {
+                expected.remove(&format!("{ns}/{}", o.name));
+            }
+        }
         if !problems.is_empty() {
             let message = problems.join("; ");
             let was_invalid = pdd
@@ -356,6 +401,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
                 ctx.event(pdd, EventType::Normal, reason, action, d.why.clone()).await;
             }
             for pod in &d.pods {
+                ctx.expected_pods.lock().unwrap_or_else(|p| p.into_inner()).remove(&format!("{ns}/{pod}"));
                 ctx.metrics.write("delete", "pods");
                 match pods_api.delete(pod, &DeleteParams::background()).await {
                     Ok(_) => {}
@@ -364,20 +410,27 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
                 }
             }
         }
+        let mut created = Vec::new();
         for (role, instance, group) in &plan.creates {
+            let mut new_pods = 0;
             for pod in group {
                 let pname = pod.metadata.name.clone().unwrap_or_default();
+                // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
+                if ctx.expecting(&format!("{ns}/{pname}")) {
+                    continue;
+                }
                 ctx.metrics.write("apply", "pods");
                 pods_api.patch(&pname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(pod)).await?;
+                ctx.expected_pods.lock().unwrap_or_else(|p| p.into_inner()).insert(format!("{ns}/{pname}"), Instant::now());
+                new_pods += 1;
             }
-            ctx.event(
-                pdd,
-                EventType::Normal,
-                "InstanceCreated",
-                "Create",
-                format!("created {} instance {instance} ({} pods)", role.as_str(), group.len()),
-            )
-            .await;
+            if new_pods > 0 {
+                created.push(format!("{} instance {instance} ({} pods)", role.as_str(), group.len()));
+            }
+        }
+        // One Event per reconcile: a new PDDeployment creates every instance at once.
+        if !created.is_empty() {
+            ctx.event(pdd, EventType::Normal, "InstancesCreated", "Create", format!("created {}", created.join(", "))).await;
         }
         if !plan.creates.is_empty() || !plan.deletes.is_empty() {
             requeue = requeue.min(Duration::from_secs(2));
@@ -396,6 +449,9 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             now,
         };
         let next = status::compute(&inputs);
+        if let Some(wait) = status_delay(&ctx, &format!("{ns}/{name}"), pdd.status.as_ref(), &next) {
+            return Ok(Action::requeue(requeue.min(wait + Duration::from_millis(50))));
+        }
         if let Some((type_, reason, note)) = status::handshake_transition(pdd.status.as_ref(), &next) {
             ctx.event(pdd, type_, &reason, "Handshake", note).await;
         }
@@ -414,15 +470,32 @@ fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc
     Action::requeue(Duration::from_secs(5))
 }
 
-/// A watch of `api` that keeps a cache of what it sees (managed fields dropped: they are most of
-/// an object's bytes and nothing here reads them), and the stream that triggers reconciles.
-fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+/// A watch of `api` that keeps a cache of what it sees, and the stream that triggers reconciles.
+/// Managed fields are dropped (most of an object's bytes, never read here), and `slim` drops
+/// whatever else of `K` reconciles do not read.
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    slim: fn(&mut K),
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let events = watcher(api, config).default_backoff().modify(|o: &mut K| o.meta_mut().managed_fields = None);
+    let events = watcher(api, config).default_backoff().modify(move |o: &mut K| {
+        o.meta_mut().managed_fields = None;
+        slim(o);
+    });
     (reader, reflector::reflector(writer, events).touched_objects())
+}
+
+/// What reconciles read of a pod: metadata, phase and conditions (see `ObservedPod`); the spec
+/// and container statuses are most of its memory.
+fn slim_pod(p: &mut Pod) {
+    p.spec = None;
+    if let Some(s) = p.status.as_mut() {
+        *s = k8s_openapi::api::core::v1::PodStatus { phase: s.phase.take(), conditions: s.conditions.take(), ..Default::default() };
+    }
 }
 
 /// Runs the controller until SIGTERM/SIGINT, or until leadership is lost.
@@ -496,10 +569,10 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         }
     };
     let (pods, services, config_maps, deployments) = child_api(&client);
-    let (pod_store, pod_events) = cached(pods, managed.clone());
-    let (service_store, service_events) = cached(services, managed.clone());
-    let (config_map_store, config_map_events) = cached(config_maps, managed.clone());
-    let (deployment_store, deployment_events) = cached(deployments, managed);
+    let (pod_store, pod_events) = cached(pods, managed.clone(), slim_pod);
+    let (service_store, service_events) = cached(services, managed.clone(), |_| {});
+    let (config_map_store, config_map_events) = cached(config_maps, managed.clone(), |_| {});
+    let (deployment_store, deployment_events) = cached(deployments, managed, |d: &mut Deployment| d.spec.template = Default::default());
     let stores = ChildStores { pods: pod_store, services: service_store, config_maps: config_map_store, deployments: deployment_store };
     let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
     let ctx = Arc::new(Context {
@@ -510,6 +583,8 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         backoff: Mutex::new(HashMap::new()),
         applied: Mutex::new(HashMap::new()),
         stores,
+        status_written: Mutex::new(HashMap::new()),
+        expected_pods: Mutex::new(HashMap::new()),
     });
     ready.store(true, Ordering::Relaxed);
     info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the operator image from ./Dockerfile with nothing pulled: the builder base (Debian
+# bookworm from debootstrap plus this machine's Rust toolchain) and the runtime base (glibc,
+# libgcc and CA certificates only, like distroless/cc) are assembled locally, cached by version,
+# and passed as the Dockerfile's BUILDER_IMAGE / RUNTIME_IMAGE. Prints the image reference.
+#   hack/image.sh [TAG]      (needs a Docker engine: eval "$(hack/docker.sh up)")
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+TAG=${1:-pd-operator:$VERSION}
+SUITE=bookworm
+RUST_VERSION=$(rustc --version | awk '{print $2}')
+BUILDER=pd-operator-builder:rust-$RUST_VERSION-$SUITE
+RUNTIME=pd-operator-runtime:cc-$SUITE
+WORK=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image
+log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
+have() { docker image inspect "$1" >/dev/null 2>&1; }
+
+rootfs() {  # a minimal Debian root file system with extra packages, cached per package list
+  local dir="$WORK/rootfs-$SUITE-$1" include=$2
+  if [ ! -f "$dir/.complete" ]; then
+    command -v debootstrap >/dev/null || { apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2; }
+    rm -rf "$dir"; mkdir -p "$dir"
+    log "debootstrap $SUITE ($include)"
+    debootstrap --variant=minbase --include="$include" "$SUITE" "$dir" http://deb.debian.org/debian >&2
+    touch "$dir/.complete"
+  fi
+  echo "$dir"
+}
+
+if ! have "$BUILDER"; then
+  dir=$(rootfs builder gcc,libc6-dev,ca-certificates,git)
+  log "builder image $BUILDER (Rust $RUST_VERSION from $(rustc --print sysroot))"
+  rm -rf "$dir/usr/local/rust"; mkdir -p "$dir/usr/local/rust"
+  # rustc and cargo with the std of the host target only; docs and sources are not needed.
+  sysroot=$(rustc --print sysroot)
+  cp -a "$sysroot/bin" "$sysroot/lib" "$dir/usr/local/rust/"
+  rm -rf "$dir/usr/local/rust/lib/rustlib/"*/analysis "$dir/usr/local/rust/lib/rustlib/src"
+  tar -C "$dir" --exclude=./.complete -c . | docker import \
+    --change 'ENV PATH=/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV CARGO_HOME=/usr/local/cargo' --change 'WORKDIR /src' - "$BUILDER" >/dev/null
+fi
+
+if ! have "$RUNTIME"; then
+  dir=$(rootfs runtime ca-certificates)
+  log "runtime image $RUNTIME (libc6, libgcc-s1, CA certificates)"
+  files=$(chroot "$dir" dpkg -L libc6 libgcc-s1 | while read -r f; do [ -f "$dir$f" ] || [ -L "$dir$f" ] && echo ".$f"; done)
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$WORK/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\n' >"$WORK/group"
+  stage="$WORK/runtime-stage"; rm -rf "$stage"; mkdir -p "$stage/etc/ssl/certs" "$stage/tmp" "$stage/home/nonroot"
+  (cd "$dir" && tar -c $files ./lib64 2>/dev/null) | tar -C "$stage" -x
+  cp "$dir/etc/ssl/certs/ca-certificates.crt" "$stage/etc/ssl/certs/"
+  cp "$WORK/passwd" "$WORK/group" "$stage/etc/"
+  chmod 1777 "$stage/tmp"; chown 65532:65532 "$stage/home/nonroot"
+  tar -C "$stage" -c . | docker import --change 'USER 65532:65532' - "$RUNTIME" >/dev/null
+fi
+
+log "docker build $TAG (BUILDER_IMAGE=$BUILDER RUNTIME_IMAGE=$RUNTIME)"
+# Crates come from crates.io during the build; the host network is what reaches it here.
+DOCKER_BUILDKIT=0 docker build --network host -q --build-arg "BUILDER_IMAGE=$BUILDER" --build-arg "RUNTIME_IMAGE=$RUNTIME" \
+  --build-arg "VERSION=$VERSION" -t "$TAG" . >&2
+echo "$TAG"
