@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test tools build lint crd
+.PHONY: demo demo-down test image-test tools build lint crd
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -11,6 +11,9 @@ demo-down:       ## stop what `make demo` started
 
 test:            ## unit, property and real-control-plane tests
 	hack/test.sh
+
+image-test:      ## build the image from the Dockerfile offline (local bases) and run it
+	hack/image-test.sh
 
 tools:           ## build the pinned Kubernetes test tooling into the cache
 	hack/tools.sh

@@ -11,7 +11,7 @@ VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 TAG=${1:-pd-operator:$VERSION}
 SUITE=bookworm
 RUST_VERSION=$(rustc --version | awk '{print $2}')
-BUILDER=pd-operator-builder:rust-$RUST_VERSION-$SUITE
+BUILDER=pd-operator-builder:rust-$RUST_VERSION-$SUITE-2
 RUNTIME=pd-operator-runtime:cc-$SUITE
 WORK=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
@@ -37,6 +37,8 @@ if ! have "$BUILDER"; then
   sysroot=$(rustc --print sysroot)
   cp -a "$sysroot/bin" "$sysroot/lib" "$dir/usr/local/rust/"
   rm -rf "$dir/usr/local/rust/lib/rustlib/"*/analysis "$dir/usr/local/rust/lib/rustlib/src"
+  # This machine reaches crates.io through a TLS-inspecting proxy whose CA only the host trusts.
+  cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
   tar -C "$dir" --exclude=./.complete -c . | docker import \
     --change 'ENV PATH=/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV CARGO_HOME=/usr/local/cargo' --change 'WORKDIR /src' - "$BUILDER" >/dev/null
@@ -45,11 +47,15 @@ fi
 if ! have "$RUNTIME"; then
   dir=$(rootfs runtime ca-certificates)
   log "runtime image $RUNTIME (libc6, libgcc-s1, CA certificates)"
-  files=$(chroot "$dir" dpkg -L libc6 libgcc-s1 | while read -r f; do [ -f "$dir$f" ] || [ -L "$dir$f" ] && echo ".$f"; done)
+  # bookworm is merged-/usr: take every file at its /usr path and recreate the /lib links.
+  files=$(chroot "$dir" dpkg -L libc6 libgcc-s1 | sed -e 's|^/lib/|/usr/lib/|' -e 's|^/lib64/|/usr/lib64/|' | sort -u |
+    while read -r f; do if [ -f "$dir$f" ] && [ ! -d "$dir$f" ]; then echo ".$f"; fi; done)
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$WORK/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' >"$WORK/group"
   stage="$WORK/runtime-stage"; rm -rf "$stage"; mkdir -p "$stage/etc/ssl/certs" "$stage/tmp" "$stage/home/nonroot"
-  (cd "$dir" && tar -c $files ./lib64 2>/dev/null) | tar -C "$stage" -x
+  # shellcheck disable=SC2086 # one path per word
+  (cd "$dir" && tar -c $files) | tar -C "$stage" -x
+  ln -s usr/lib "$stage/lib"; ln -s usr/lib64 "$stage/lib64"
   cp "$dir/etc/ssl/certs/ca-certificates.crt" "$stage/etc/ssl/certs/"
   cp "$WORK/passwd" "$WORK/group" "$stage/etc/"
   chmod 1777 "$stage/tmp"; chown 65532:65532 "$stage/home/nonroot"

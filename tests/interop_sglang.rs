@@ -44,6 +44,16 @@ fn sim_prefill(extra: &[&str]) -> (Background, u16) {
     (p, bootstrap)
 }
 
+/// A prefill node that only registers its ranks (no bootstrap server of its own) with the
+/// bootstrap server on `port`, as the non-leader nodes of a multi-node prefill do.
+fn registrar(port: u16, topology: &[&str]) -> Background {
+    let (p, http) = (port.to_string(), free_port().to_string());
+    let mut args = vec!["sim", "prefill", "--sim-bootstrap-server", "false", "--dist-init-addr", "127.0.0.1:5000"];
+    args.extend(["--disaggregation-bootstrap-port", &p, "--port", &http]);
+    args.extend(topology);
+    Background::operator("sim-registrar", &args)
+}
+
 fn decode_file(json: Value) -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(f.path(), json.to_string()).unwrap();
@@ -62,28 +72,7 @@ fn sidecar_passes_against_sglangs_server_with_ranks_registered_by_real_puts() {
     let (_server, port) = sglang_server();
     // A prefill node that only registers (its node 0 would serve the bootstrap server): our
     // stand-in's PUT /route bodies go to SGLang's server, which must accept all 8.
-    let p = port.to_string();
-    let _ranks = Background::operator(
-        "sim-registrar",
-        &[
-            "sim",
-            "prefill",
-            "--tp-size",
-            "8",
-            "--page-size",
-            "64",
-            "--kv-cache-dtype",
-            "fp8_e4m3",
-            "--sim-bootstrap-server",
-            "false",
-            "--dist-init-addr",
-            "127.0.0.1:5000",
-            "--disaggregation-bootstrap-port",
-            &p,
-            "--port",
-            &free_port().to_string(),
-        ],
-    );
+    let _ranks = registrar(port, &["--tp-size", "8", "--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"]);
     let addr = format!("127.0.0.1:{port}");
     let mla = decode_file(json!({"attn_tp_size": 4, "page_size": 64, "kv_cache_dtype": "fp8_e4m3", "kv_pool": "mla"}));
     let (code, report, err) = once(&mla, &addr, "60s");
@@ -112,29 +101,8 @@ fn sidecar_passes_against_sglangs_server_with_ranks_registered_by_real_puts() {
 fn sidecar_waits_for_registration_and_flags_ranks_nobody_listens_on() {
     let (_server, port) = sglang_server();
     let addr = format!("127.0.0.1:{port}");
-    let p = port.to_string();
     // 2 of 4 ranks hold back: SGLang answers 503 and the sidecar keeps waiting, then times out.
-    let _ranks = Background::operator(
-        "sim-partial",
-        &[
-            "sim",
-            "prefill",
-            "--tp-size",
-            "4",
-            "--page-size",
-            "16",
-            "--sim-bootstrap-server",
-            "false",
-            "--sim-hold-registrations",
-            "2",
-            "--dist-init-addr",
-            "127.0.0.1:5000",
-            "--disaggregation-bootstrap-port",
-            &p,
-            "--port",
-            &free_port().to_string(),
-        ],
-    );
+    let _ranks = registrar(port, &["--tp-size", "4", "--page-size", "16", "--sim-hold-registrations", "2"]);
     let d = decode_file(json!({"attn_tp_size": 4, "page_size": 16, "kv_cache_dtype": "auto", "kv_pool": "mha"}));
     let (code, report, _) = once(&d, &addr, "4s");
     assert_eq!(code, 3, "{report}");
@@ -248,13 +216,7 @@ fn sglang_decode_fetch_reads_the_stand_in_like_its_own_server() {
     let (_sglang, sglang_port) = sglang_server();
     let flags = ["--tp-size", "8", "--attn-dp-size", "2", "--pp-size", "2", "--page-size", "64", "--kv-cache-dtype", "fp8_e4m3"];
     let (_sim, sim_port) = sim_prefill(&flags);
-    let s = sglang_port.to_string();
-    let mut reg =
-        vec!["sim", "prefill", "--sim-bootstrap-server", "false", "--dist-init-addr", "127.0.0.1:1", "--disaggregation-bootstrap-port", &s];
-    reg.extend(flags);
-    let http = free_port().to_string();
-    reg.extend(["--port", &http]);
-    let _registrar = Background::operator("sim-registrar", &reg);
+    let _registrar = registrar(sglang_port, &flags);
     let fetch = |port: u16| -> Value {
         common::wait_for(Duration::from_secs(30), "a 200 topology", || {
             let o = Command::new(sglang_python()).arg(harness()).args(["decode-fetch", &format!("127.0.0.1:{port}")]).output().unwrap();
@@ -299,26 +261,7 @@ fn running_sidecar_follows_registration_and_prefill_loss() {
         let (status, body) = readyz(listen);
         (status == 503 && body.contains("Registering")).then_some(()).ok_or(format!("{status} {body}"))
     });
-    let p = port.to_string();
-    let _ranks = Background::operator(
-        "sim-registrar",
-        &[
-            "sim",
-            "prefill",
-            "--tp-size",
-            "2",
-            "--page-size",
-            "16",
-            "--sim-bootstrap-server",
-            "false",
-            "--dist-init-addr",
-            "127.0.0.1:1",
-            "--disaggregation-bootstrap-port",
-            &p,
-            "--port",
-            &free_port().to_string(),
-        ],
-    );
+    let _ranks = registrar(port, &["--tp-size", "2", "--page-size", "16"]);
     common::wait_for(Duration::from_secs(30), "/readyz 200 after registration", || {
         let (status, body) = readyz(listen);
         (status == 200).then_some(()).ok_or(format!("{status} {body}"))

@@ -262,15 +262,9 @@ impl Registry {
         m.insert("decode_allocation_policy".into(), self.decode_allocation_policy.clone());
         m.insert("enable_kv_cache_sharding".into(), Value::Bool(self.enable_kv_cache_sharding.unwrap_or(false)));
         m.insert("prefill_http_port".into(), self.prefill_http_port.map(Value::from).unwrap_or(Value::Null));
-        for k in [
-            "target_tp_rank",
-            "target_tp_ranks",
-            "target_cp_ranks",
-            "target_pp_ranks",
-            "required_dst_info_num",
-            "required_prefill_response_num",
-        ] {
-            m.insert(k.into(), Value::Null);
+        // The decode-side scratch fields of the record, always null.
+        for k in &crate::handshake::core::TOPOLOGY_KEYS[13..] {
+            m.insert((*k).to_owned(), Value::Null);
         }
         Value::Object(m)
     }

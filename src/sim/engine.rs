@@ -48,9 +48,19 @@ fn api_router(flags: &EngineFlags) -> Router {
         .fallback(|| async { (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, bootstrap::TEXT)], "404: Not Found").into_response() })
 }
 
-/// `rank_ip` as SGLang picks it: `SGLANG_HOST_IP`, else `HOST_IP`, else loopback for the stand-in.
+/// `rank_ip` as SGLang picks it: `SGLANG_HOST_IP`, else `HOST_IP`, else the address of the
+/// interface that routes outwards (no packet is sent), else loopback.
 fn rank_ip() -> String {
-    ["SGLANG_HOST_IP", "HOST_IP"].iter().find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty())).unwrap_or_else(|| "127.0.0.1".into())
+    let from_env = ["SGLANG_HOST_IP", "HOST_IP"].iter().find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    from_env.unwrap_or_else(|| {
+        std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| {
+                s.connect("10.255.255.255:1")?;
+                s.local_addr()
+            })
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|_| "127.0.0.1".into())
+    })
 }
 
 /// Opens one listener per rank (a real rank's ZMQ socket); connections are accepted and dropped.
