@@ -14,8 +14,9 @@ log() { echo "[docker $(date +%H:%M:%S)] $*" >&2; }
 case "${1:-up}" in
   down)
     if [ -f "$STATE/dockerd.pid" ]; then
-      kill "$(cat "$STATE/dockerd.pid")" 2>/dev/null || true
-      for _ in $(seq 1 50); do kill -0 "$(cat "$STATE/dockerd.pid")" 2>/dev/null || break; sleep 0.2; done
+      pid=$(cat "$STATE/dockerd.pid")  # dockerd removes the file itself when it exits
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
       rm -f "$STATE/dockerd.pid"
     fi
     exit 0 ;;
