@@ -21,6 +21,11 @@ pub enum HttpError {
     TooLarge { addr: String, limit: usize },
 }
 
+/// `host:port` as sockets and URLs want it: an IPv6 host goes in brackets.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
 /// A response: status, content type and the body bytes.
 #[derive(Clone, Debug)]
 pub struct HttpResponse {

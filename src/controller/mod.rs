@@ -220,12 +220,29 @@ impl Context {
         Ok(())
     }
 
+    fn expected_pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.expected_pods.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Whether pod `ns/name` was created by this process within the last 30 s (and is therefore
     /// only missing from a lagging cache). Expired entries are dropped.
-    fn expecting(&self, key: &str) -> bool {
-        let mut map = self.expected_pods.lock().unwrap_or_else(|p| p.into_inner());
+    fn expecting(&self, ns: &str, pod: &str) -> bool {
+        let mut map = self.expected_pods();
         map.retain(|_, at| at.elapsed() < EXPECTATION_TTL);
-        map.contains_key(key)
+        map.contains_key(&format!("{ns}/{pod}"))
+    }
+
+    /// Records a pod this process just created.
+    fn expect_pod(&self, ns: &str, pod: &str) {
+        self.expected_pods().insert(format!("{ns}/{pod}"), Instant::now());
+    }
+
+    /// Stops presuming pod `ns/name` exists: the cache shows it, or this process deletes it.
+    fn forget_pods<'a>(&self, ns: &str, pods: impl IntoIterator<Item = &'a str>) {
+        let mut map = self.expected_pods();
+        for pod in pods {
+            map.remove(&format!("{ns}/{pod}"));
+        }
     }
 
     /// How long an instance must still wait before it may be recreated again.
@@ -329,13 +346,8 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let observed: Vec<ObservedPod> =
             children_in(&ctx.stores.pods, &ns, &name, &uid).iter().filter_map(|p| ObservedPod::from_pod(p)).collect();
-        {
-            // Seen in the cache: from now on, a missing pod is really gone.
-            let mut expected = ctx.expected_pods.lock().unwrap_or_else(|p| p.into_inner());
-            for o in &observed {
-                expected.remove(&format!("{ns}/{}", o.name));
-            }
-        }
+        // Seen in the cache: from now on, a missing pod is really gone.
+        ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
         if !problems.is_empty() {
             let message = problems.join("; ");
             let was_invalid = pdd
@@ -401,7 +413,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
                 ctx.event(pdd, EventType::Normal, reason, action, d.why.clone()).await;
             }
             for pod in &d.pods {
-                ctx.expected_pods.lock().unwrap_or_else(|p| p.into_inner()).remove(&format!("{ns}/{pod}"));
+                ctx.forget_pods(&ns, [pod.as_str()]);
                 ctx.metrics.write("delete", "pods");
                 match pods_api.delete(pod, &DeleteParams::background()).await {
                     Ok(_) => {}
@@ -416,12 +428,12 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             for pod in group {
                 let pname = pod.metadata.name.clone().unwrap_or_default();
                 // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
-                if ctx.expecting(&format!("{ns}/{pname}")) {
+                if ctx.expecting(&ns, &pname) {
                     continue;
                 }
                 ctx.metrics.write("apply", "pods");
                 pods_api.patch(&pname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(pod)).await?;
-                ctx.expected_pods.lock().unwrap_or_else(|p| p.into_inner()).insert(format!("{ns}/{pname}"), Instant::now());
+                ctx.expect_pod(&ns, &pname);
                 new_pods += 1;
             }
             if new_pods > 0 {

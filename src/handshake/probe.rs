@@ -152,7 +152,7 @@ async fn get(addr: &str, path: &str) -> Result<HttpResponse, HttpError> {
 }
 
 async fn dial(ip: &str, port: u16) -> Result<(), String> {
-    let target = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+    let target = http_client::host_port(ip, port);
     match tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(&target)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("{target}: {e}")),

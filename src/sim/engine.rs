@@ -26,7 +26,7 @@ const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
 pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
 
 async fn bind(host: &str, port: u16) -> Result<TcpListener, SimError> {
-    let addr = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let addr = http_client::host_port(host, port);
     TcpListener::bind(&addr).await.map_err(|source| SimError::Listen { addr, source })
 }
 
@@ -106,8 +106,7 @@ async fn registration_target(f: &EngineFlags) -> String {
     let resolved = tokio::net::lookup_host((host.as_str(), f.bootstrap_port)).await.ok().and_then(|mut it| it.next());
     match resolved {
         Some(addr) => addr.to_string(),
-        None if host.contains(':') => format!("[{host}]:{}", f.bootstrap_port),
-        None => format!("{host}:{}", f.bootstrap_port),
+        None => http_client::host_port(&host, f.bootstrap_port),
     }
 }
 
@@ -115,10 +114,10 @@ async fn run_prefill(f: &EngineFlags, t: Topology, signal: ShutdownSignal) -> Re
     let mut tasks = Vec::new();
     if f.node_rank == 0 && f.sim_bootstrap_server {
         let listener = bind(&f.host, f.bootstrap_port).await?;
-        info!(addr = %format!("{}:{}", f.host, f.bootstrap_port), "bootstrap server listening");
+        let addr = http_client::host_port(&f.host, f.bootstrap_port);
+        info!(%addr, "bootstrap server listening");
         let registry = Arc::new(Mutex::new(Registry::default()));
         let stop = stopped(signal.clone());
-        let addr = format!("{}:{}", f.host, f.bootstrap_port);
         tasks.push(tokio::spawn(async move {
             bootstrap::serve(listener, registry, stop).await.map_err(|source| SimError::Serve { addr, source })
         }));
@@ -147,7 +146,7 @@ async fn serve_api(
         let listener = bind(&f.host, f.port).await?;
         let app = api_router(f);
         let stop = stopped(signal.clone());
-        let addr = format!("{}:{}", f.host, f.port);
+        let addr = http_client::host_port(&f.host, f.port);
         tasks.push(tokio::spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(stop).await.map_err(|source| SimError::Serve { addr, source })
         }));
@@ -195,5 +194,5 @@ pub async fn run_router(args: &[String], signal: ShutdownSignal) -> Result<(), S
     axum::serve(listener, app)
         .with_graceful_shutdown(stopped(signal))
         .await
-        .map_err(|source| SimError::Serve { addr: format!("{host}:{port}"), source })
+        .map_err(|source| SimError::Serve { addr: http_client::host_port(&host, port), source })
 }
