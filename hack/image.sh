@@ -17,17 +17,9 @@ WORK=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 
-rootfs() {  # a minimal Debian root file system with extra packages, cached per package list
-  local dir="$WORK/rootfs-$SUITE-$1" include=$2
-  if [ ! -f "$dir/.complete" ]; then
-    command -v debootstrap >/dev/null || { apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2; }
-    rm -rf "$dir"; mkdir -p "$dir"
-    log "debootstrap $SUITE ($include)"
-    debootstrap --variant=minbase --include="$include" "$SUITE" "$dir" http://deb.debian.org/debian >&2
-    touch "$dir/.complete"
-  fi
-  echo "$dir"
-}
+# shellcheck source=hack/lib/rootfs.sh
+source "$ROOT/hack/lib/rootfs.sh"
+rootfs() { debian_rootfs "$WORK/rootfs-$SUITE-$1" "$SUITE" "$2"; }
 
 if ! have "$BUILDER"; then
   dir=$(rootfs builder gcc,libc6-dev,ca-certificates,git)
