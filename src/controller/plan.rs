@@ -71,6 +71,13 @@ impl ObservedPod {
     fn failed(&self) -> bool {
         matches!(self.phase.as_str(), "Failed" | "Succeeded")
     }
+
+    /// Engine containers ready and no failed handshake reported: a decode whose sidecar says the
+    /// prefill is incompatible cannot serve, however healthy its engine. A pod whose sidecar has
+    /// not reported yet counts on its containers (the kwok tier runs no sidecar).
+    pub fn serving(&self) -> bool {
+        self.containers_ready && self.handshake.as_ref().is_none_or(|g| g.passed)
+    }
 }
 
 /// Why the planner deletes an instance.
@@ -108,7 +115,7 @@ struct RoleView {
 impl RoleView {
     fn instance_ready(&self, i: u32) -> bool {
         let (want, have) = (self.desired.get(&i).map_or(0, Vec::len), self.observed.get(&i));
-        have.is_some_and(|pods| pods.len() == want && pods.iter().all(|p| p.containers_ready && !p.deleting && !p.failed()))
+        have.is_some_and(|pods| pods.len() == want && pods.iter().all(|p| p.serving() && !p.deleting && !p.failed()))
     }
     fn instance_updated(&self, i: u32) -> bool {
         self.observed.get(&i).is_some_and(|pods| !pods.is_empty() && pods.iter().all(|p| p.revision == self.revision))

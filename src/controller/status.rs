@@ -50,7 +50,7 @@ fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
     for i in 0..replicas as u32 {
         let pods: Vec<&ObservedPod> = inputs.observed.iter().filter(|p| p.role == role && p.instance == i && !p.deleting).collect();
         let complete = pods.len() == nodes as usize;
-        if complete && pods.iter().all(|p| p.containers_ready && p.phase == "Running") {
+        if complete && pods.iter().all(|p| p.serving() && p.phase == "Running") {
             ready += 1;
         }
         if complete && pods.iter().all(|p| p.revision == revision) {
@@ -328,5 +328,26 @@ mod tests {
         };
         let map = rank_map(&inputs);
         assert_eq!(map, vec![DecodeRankMap { decode_instance: 0, ranks }]);
+    }
+
+    #[test]
+    fn a_decode_with_a_failed_handshake_is_not_counted_ready() {
+        let pdd = pdd();
+        // Instance 0 passed and instance 1 failed: only instance 0 serves.
+        let observed = [decode_pod(0, Some(true), None), decode_pod(1, Some(false), None)];
+        let inputs = StatusInputs {
+            pdd: &pdd,
+            validation: Ok(()),
+            observed: &observed,
+            nodes: (1, 1),
+            revisions: ("", ""),
+            router_ready: None,
+            degraded: None,
+            now: Time(jiff::Timestamp::UNIX_EPOCH),
+        };
+        assert_eq!(count(&inputs, Role::Decode).ready, 1);
+        // No sidecar report yet: the engine containers decide.
+        let unreported = [decode_pod(0, None, None), decode_pod(1, None, None)];
+        assert_eq!(count(&StatusInputs { observed: &unreported, ..inputs }, Role::Decode).ready, 2);
     }
 }
