@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test image-test tools build lint crd
+.PHONY: demo demo-down test image-test e2e-kind tools build lint crd
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -14,6 +14,9 @@ test:            ## unit, property and real-control-plane tests
 
 image-test:      ## build the image from the Dockerfile offline (local bases) and run it
 	hack/image-test.sh
+
+e2e-kind:        ## kind cluster from an offline-built node image; chart, webhook and handshake on real pods
+	hack/kind-e2e.sh
 
 tools:           ## build the pinned Kubernetes test tooling into the cache
 	hack/tools.sh

@@ -8,7 +8,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 started_here=false
 if ! docker info >/dev/null 2>&1; then
-  eval "$(hack/docker.sh up)"
+  docker_env=$(hack/docker.sh up) || { echo "[image-test] FAILED: no Docker engine and none could be started (see above); this tier cannot run" >&2; exit 1; }
+  eval "$docker_env"
   started_here=true
 fi
 cleanup() {

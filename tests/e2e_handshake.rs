@@ -6,8 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Background, ControllerProcess, TestNamespace, cluster, free_port, text, token_kubeconfig, wait_for};
-use serde_json::Value;
+use common::{
+    Background, ControllerProcess, PAGE_SIZE_32_VS_64, TestNamespace, cluster, condition, free_port, text, token_kubeconfig, wait_for,
+};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -15,10 +16,6 @@ fn sim_pdd(name: &str) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 4}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 2}}}}\n  router: {{enabled: false}}\n"
     )
-}
-
-fn condition(v: &Value, type_: &str) -> Option<Value> {
-    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
 }
 
 fn start_prefill(bootstrap: u16, extra: &[&str]) -> Background {
@@ -61,18 +58,11 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
             .env("KUBECONFIG", &kubeconfig),
     );
 
-    let page_text = "Page size mismatch: prefill server has page_size=32, but decode server has page_size=64. Both servers must use the same --page-size value.";
-    wait_for(WAIT, "HandshakeReady=False with SGLang's page-size text", || {
-        let v = ns.get_json("pdd", name)?;
-        let c = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
-        (c["status"] == "False" && c["reason"] == "PageSizeMismatch" && c["message"].as_str().is_some_and(|m| m.contains(page_text)))
-            .then_some(())
-            .ok_or_else(|| c.to_string())
-    });
+    common::wait_page_size_mismatch(&ns, name, WAIT);
     let pod = ns.get_json("pod", &decode_pod).unwrap();
     let gate = condition(&pod, "pd.inference.dev/handshake").unwrap();
     assert_eq!(gate["status"], "False");
-    assert_eq!(gate["message"], format!("prefill {addr}: RuntimeError: {page_text}"));
+    assert_eq!(gate["message"], format!("prefill {addr}: RuntimeError: {PAGE_SIZE_32_VS_64}"));
     assert_eq!(condition(&pod, "Ready").unwrap()["status"], "False", "a failed handshake must keep the decode pod out of service");
     assert!(ns.get_json("pdd", name).unwrap()["status"]["rankMap"].is_null());
 

@@ -155,6 +155,27 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Res
     }
 }
 
+/// The condition of `type_` in an object's `status.conditions`.
+pub fn condition(v: &serde_json::Value, type_: &str) -> Option<serde_json::Value> {
+    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
+}
+
+/// SGLang's text when the prefill stand-in advertises page size 32 to a decode launched with 64.
+pub const PAGE_SIZE_32_VS_64: &str = "Page size mismatch: prefill server has page_size=32, but decode server has page_size=64. Both servers must use the same --page-size value.";
+
+/// Waits until the PDDeployment reports `HandshakeReady=False` because of a page-size mismatch.
+pub fn wait_page_size_mismatch(ns: &TestNamespace, pdd: &str, timeout: Duration) {
+    wait_for(timeout, "HandshakeReady=False with SGLang's page-size text", || {
+        let v = ns.get_json("pdd", pdd)?;
+        let c = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
+        (c["status"] == "False"
+            && c["reason"] == "PageSizeMismatch"
+            && c["message"].as_str().is_some_and(|m| m.contains(PAGE_SIZE_32_VS_64)))
+        .then_some(())
+        .ok_or_else(|| c.to_string())
+    });
+}
+
 pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }

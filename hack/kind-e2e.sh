@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The kind tier (`make e2e-kind`): real kubelet, containerd and kube-proxy, our image from our
+# Dockerfile, the chart installed with helm, the webhook reached through its Service, and the
+# handshake sidecar talking to running prefill pods. Everything is built here offline and cached
+# (hack/kind-node.sh, hack/image.sh); the cluster is deleted at the end, and a dockerd started here
+# is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
+#   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster running (kubeconfig path is printed)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+CLUSTER=${PD_KIND_CLUSTER:-pd-e2e}
+STATE=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/kind-e2e
+OPERATOR_NS=pd-system
+# Fake GPUs advertised on the node (extended resources on node status): the sim engines request
+# nvidia.com/gpu like the real ones, and there is no device plugin here.
+GPUS=${PD_KIND_GPUS:-32}
+log() { echo "[kind-e2e $(date +%H:%M:%S)] $*" >&2; }
+start=$(date +%s)
+
+started_docker=false
+if ! docker info >/dev/null 2>&1; then
+  docker_env=$(hack/docker.sh up) || { echo "[kind-e2e] FAILED: no Docker engine and none could be started (see above); this tier cannot run" >&2; exit 1; }
+  eval "$docker_env"
+  started_docker=true
+fi
+mkdir -p "$STATE"
+KUBECONFIG_FILE="$STATE/kubeconfig"
+
+node_out=$(hack/kind-node.sh)
+KIND=$(sed -n 's/^KIND=//p' <<<"$node_out")
+NODE_IMAGE=$(sed -n 's/^NODE_IMAGE=//p' <<<"$node_out")
+TOOLS_BIN=$(hack/tools.sh 2>/dev/null | tail -1)
+kubectl() { "$TOOLS_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+helm() { "$TOOLS_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+log "tools ready after $(( $(date +%s) - start ))s"
+
+IMAGE=$(hack/image.sh)
+log "operator image $IMAGE ready after $(( $(date +%s) - start ))s"
+
+cleanup() {
+  local rc=$?
+  if [ "$rc" != 0 ] && "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    log "FAILED (exit $rc): node logs in $STATE/logs"
+    rm -rf "$STATE/logs"; "$KIND" export logs "$STATE/logs" --name "$CLUSTER" >/dev/null 2>&1 || true
+    docker exec "$CLUSTER-control-plane" journalctl -u kubelet --no-pager 2>/dev/null | tail -n 15 >&2 || true
+  fi
+  if [ "${PD_KIND_KEEP:-0}" = 1 ]; then
+    log "cluster $CLUSTER kept: export KUBECONFIG=$KUBECONFIG_FILE"
+  else
+    "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    if $started_docker; then hack/docker.sh down; fi
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+"$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+log "creating kind cluster $CLUSTER from $NODE_IMAGE"
+t=$(date +%s)
+"$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config hack/kind/cluster.yaml \
+  --kubeconfig "$KUBECONFIG_FILE" --wait 5m >&2
+log "cluster up in $(( $(date +%s) - t ))s"
+"$KIND" load docker-image "$IMAGE" --name "$CLUSTER" >&2
+
+node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
+kubectl patch node "$node" --subresource=status --type=json \
+  -p "[{\"op\":\"add\",\"path\":\"/status/capacity/nvidia.com~1gpu\",\"value\":\"$GPUS\"}]" >/dev/null
+kubectl wait --for=jsonpath="{.status.allocatable.nvidia\.com/gpu}=$GPUS" "node/$node" --timeout=60s >/dev/null
+
+log "installing the CRD and the chart (image $IMAGE)"
+kubectl apply --server-side -f crds/ >/dev/null
+# Right after creation the CRD may have no conditions yet, which `kubectl wait` reports as an error.
+for _ in $(seq 1 30); do
+  kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=60s >/dev/null 2>&1 && break
+  sleep 1
+done
+kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=5s >/dev/null
+helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS" --create-namespace \
+  --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
+  --wait --timeout 5m >/dev/null
+
+log "running tests/e2e_kind.rs against the cluster"
+t=$(date +%s)
+set +e
+PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" \
+  PD_KIND_OPERATOR_IMAGE="$IMAGE" \
+  cargo test --locked --test e2e_kind -- --ignored --test-threads 4 2>&1 | tee "$STATE/test.log" >&2
+rc=${PIPESTATUS[0]}
+set -e
+grep -q '^test result: ok' "$STATE/test.log" || rc=1
+log "tests took $(( $(date +%s) - t ))s; kind tier total $(( $(date +%s) - start ))s"
+exit "$rc"

@@ -1,0 +1,158 @@
+//! The kind tier: what only real nodes show. Run by `make e2e-kind` (hack/kind-e2e.sh), which
+//! creates the cluster from the offline-built node image, loads our image, installs the CRD and
+//! the chart, and sets `PD_E2E_KUBECONFIG` and `PD_KIND_OPERATOR_NAMESPACE`. Ignored under
+//! `make test`, whose kwok nodes run no containers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{PAGE_SIZE_32_VS_64, TestNamespace, cluster, condition, repo_path, text, wait_for};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(180);
+
+fn operator_namespace() -> String {
+    std::env::var("PD_KIND_OPERATOR_NAMESPACE").expect("PD_KIND_OPERATOR_NAMESPACE: run through `make e2e-kind`")
+}
+
+fn is_ready(pod: &Value) -> bool {
+    condition(pod, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+fn pods(ns: &str, selector: &str) -> Vec<Value> {
+    let o = cluster().kubectl(&["get", "pods", "-n", ns, "-l", selector, "-o", "json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn sim_pdd(name: &str, prefill_args: &[&str]) -> String {
+    let args = serde_json::to_string(prefill_args).unwrap();
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 4}}, template: {{extraArgs: {args}}}}}\n  decode: {{replicas: 2, parallelism: {{tp: 2}}}}\n"
+    )
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn the_chart_brings_the_operator_pods_to_ready_on_real_nodes() {
+    let ns = operator_namespace();
+    let image = std::env::var("PD_KIND_OPERATOR_IMAGE").expect("PD_KIND_OPERATOR_IMAGE");
+    let deployment = wait_for(WAIT, "the operator Deployment available", || {
+        let o = cluster().kubectl(&["get", "deployment", "pd-operator", "-n", &ns, "-o", "json"]);
+        let d: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
+        let want = d["spec"]["replicas"].as_i64().unwrap_or(0);
+        (want > 0 && d["status"]["availableReplicas"].as_i64() == Some(want)).then_some(d.clone()).ok_or_else(|| d["status"].to_string())
+    });
+    let running = pods(&ns, "app.kubernetes.io/name=pd-operator");
+    assert_eq!(running.len() as i64, deployment["spec"]["replicas"].as_i64().unwrap());
+    for p in &running {
+        assert!(is_ready(p), "operator pod not Ready: {}", p["status"]);
+        let c = &p["status"]["containerStatuses"][0];
+        assert_eq!(c["image"].as_str().map(|i| i.trim_start_matches("docker.io/library/")), Some(image.as_str()));
+        assert_eq!(c["restartCount"], 0, "operator container restarted: {c}");
+    }
+    // Leader election between the real replicas: the Lease names one of them.
+    let holder = wait_for(WAIT, "a lease holder", || {
+        let o = cluster().kubectl(&["get", "lease", "pd-operator", "-n", &ns, "-o", "jsonpath={.spec.holderIdentity}"]);
+        let h = String::from_utf8_lossy(&o.stdout).into_owned();
+        (!h.is_empty()).then_some(h).ok_or_else(|| text(&o))
+    });
+    let names: Vec<&str> = running.iter().filter_map(|p| p["metadata"]["name"].as_str()).collect();
+    assert!(names.iter().any(|n| holder.contains(n)), "lease holder {holder} is none of {names:?}");
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn the_webhook_denies_the_qwen_dcp2_example_through_its_service() {
+    let o = cluster().kubectl(&["get", "validatingwebhookconfiguration", "pd-operator", "-o", "json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let cfg: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let client = &cfg["webhooks"][0]["clientConfig"];
+    assert!(client["service"]["name"].is_string() && client["url"].is_null(), "webhook not routed through a Service: {client}");
+
+    let ns = TestNamespace::new("kind-webhook");
+    let o = ns.apply_file(&repo_path("examples/qwen-dcp2-mistake.yaml"));
+    let out = text(&o);
+    assert!(!o.status.success(), "the Qwen dcp: 2 example was admitted: {out}");
+    assert!(out.contains("admission webhook \"validate.pd.inference.dev\" denied the request"), "{out}");
+    assert!(out.contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."), "{out}");
+    assert!(out.contains("spec.decode.parallelism.dcp"), "{out}");
+    let o = cluster().kubectl(&["get", "pdd", "-n", &ns.name, "-o", "name"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "", "a denied object was stored");
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn sim_deployment_completes_the_handshake_and_decode_pods_turn_ready() {
+    let ns = TestNamespace::new("kind-sim");
+    let name = "sim";
+    let o = ns.apply(&sim_pdd(name, &[]));
+    assert!(o.status.success(), "{}", text(&o));
+    let v = wait_for(WAIT, "HandshakeReady=True, Ready=True and status.rankMap", || {
+        let v = ns.get_json("pdd", name)?;
+        let hs = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
+        let ready = condition(&v, "Ready").ok_or_else(|| v["status"].to_string())?;
+        (hs["status"] == "True" && ready["status"] == "True" && v["status"]["rankMap"].as_array().is_some_and(|m| m.len() == 2))
+            .then_some(v.clone())
+            .ok_or_else(|| v["status"].to_string())
+    });
+    assert_eq!(v["status"]["decode"]["readyReplicas"], 2);
+    assert_eq!(v["status"]["prefill"]["readyReplicas"], 1);
+    // MLA decode TP2 against prefill TP4: decode rank 0 reads prefill ranks 0 and 1, rank 1 reads 2 and 3.
+    for (i, map) in v["status"]["rankMap"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(map["decodeInstance"], i as u64);
+        assert_eq!(map["ranks"][0]["tpRanks"], json!([0, 1]));
+        assert_eq!(map["ranks"][1]["tpRanks"], json!([2, 3]));
+    }
+    // Real containers: both decode pods Ready through the sidecar's gate, the sidecar running.
+    let decode = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role=decode"));
+    assert_eq!(decode.len(), 2, "decode pods: {decode:?}");
+    for p in &decode {
+        assert!(is_ready(p), "decode pod not Ready: {}", p["status"]);
+        let gate = condition(p, "pd.inference.dev/handshake").expect("gate condition");
+        assert_eq!(gate["status"], "True", "{gate}");
+        let statuses = p["status"]["containerStatuses"].as_array().unwrap();
+        assert!(statuses.iter().all(|c| c["ready"] == true && c["state"]["running"].is_object()), "{statuses:?}");
+        // The sidecar is a native sidecar (restartable init container) and keeps running.
+        let sidecar = p["status"]["initContainerStatuses"].as_array().and_then(|cs| cs.iter().find(|c| c["name"] == "handshake"));
+        assert!(sidecar.is_some_and(|c| c["state"]["running"].is_object() && c["restartCount"] == 0), "{}", p["status"]);
+        assert!(p["metadata"]["annotations"]["pd.inference.dev/rank-map"].is_string());
+    }
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn a_page_size_mismatch_keeps_decode_pods_out_of_service_with_sglangs_message() {
+    let ns = TestNamespace::new("kind-mismatch");
+    let name = "mismatch";
+    // The prefill stand-in advertises page_size 32 while both sides were launched with 64.
+    let o = ns.apply(&sim_pdd(name, &["--sim-page-size", "32"]));
+    assert!(o.status.success(), "{}", text(&o));
+    common::wait_page_size_mismatch(&ns, name, WAIT);
+    let v = ns.get_json("pdd", name).unwrap();
+    assert!(v["status"]["rankMap"].is_null(), "a failed handshake published a rank map: {}", v["status"]["rankMap"]);
+    // The sidecar (an init-phase sidecar container) may report before the engine starts; wait for
+    // the engines, then the pods must still be out of service because of the gate alone.
+    let decode = wait_for(WAIT, "both decode engines running", || {
+        let decode = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role=decode"));
+        let running = |p: &Value| {
+            p["status"]["containerStatuses"].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == "engine" && c["ready"] == true))
+        };
+        (decode.len() == 2 && decode.iter().all(running)).then_some(decode.clone()).ok_or_else(|| format!("{decode:?}"))
+    });
+    for p in &decode {
+        assert!(!is_ready(p), "decode pod Ready despite the mismatch: {}", p["status"]);
+        let gate = condition(p, "pd.inference.dev/handshake").expect("gate condition");
+        assert_eq!(gate["status"], "False");
+        assert!(gate["message"].as_str().is_some_and(|m| m.contains(&format!("RuntimeError: {PAGE_SIZE_32_VS_64}"))), "{gate}");
+    }
+    // With both engines ready, the controller must still count no decode instance as ready.
+    let until = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        let v = ns.get_json("pdd", name).unwrap();
+        assert_eq!(v["status"]["decode"]["readyReplicas"].as_i64().unwrap_or(0), 0, "{}", v["status"]);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
