@@ -21,6 +21,8 @@ pub struct ObservedPod {
     pub deleting: bool,
     /// All containers ready: the engine serves (the handshake gate is tracked separately).
     pub containers_ready: bool,
+    /// The pod's own Ready condition: containers and readiness gates.
+    pub ready: bool,
     /// The `pd.inference.dev/handshake` pod condition, when set.
     pub handshake: Option<GateCondition>,
 }
@@ -54,6 +56,7 @@ impl ObservedPod {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             containers_ready: condition("ContainersReady").is_some_and(|c| c.status == "True"),
+            ready: condition("Ready").is_some_and(|c| c.status == "True"),
             handshake: condition(crate::render::HANDSHAKE_CONDITION).map(|c| GateCondition {
                 passed: c.status == "True",
                 reason: c.reason.clone().unwrap_or_default(),
@@ -72,11 +75,15 @@ impl ObservedPod {
         matches!(self.phase.as_str(), "Failed" | "Succeeded")
     }
 
-    /// Engine containers ready and no failed handshake reported: a decode whose sidecar says the
-    /// prefill is incompatible cannot serve, however healthy its engine. A pod whose sidecar has
-    /// not reported yet counts on its containers (the kwok tier runs no sidecar).
+    /// Whether the pod can take traffic. Once its sidecar has reported, that is the pod's Ready
+    /// condition, gate included: a decode whose prefill is incompatible cannot serve, however
+    /// healthy its engine. Before any report it is the containers' readiness (the kwok tier runs
+    /// no sidecar, so its gates never pass).
     pub fn serving(&self) -> bool {
-        self.containers_ready && self.handshake.as_ref().is_none_or(|g| g.passed)
+        match &self.handshake {
+            Some(gate) => gate.passed && self.ready,
+            None => self.containers_ready,
+        }
     }
 }
 

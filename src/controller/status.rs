@@ -274,6 +274,7 @@ mod tests {
             phase: "Running".into(),
             deleting: false,
             containers_ready: true,
+            ready: passed == Some(true),
             handshake: passed.map(|passed| GateCondition { passed, reason: String::new(), message: String::new(), rank_map: map }),
         }
     }
