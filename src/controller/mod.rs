@@ -43,8 +43,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Progress-only status changes (counts, messages) are written at most this often per
 /// PDDeployment: pods of a new PDDeployment turn ready one by one, and each would be a write.
 const STATUS_MIN_INTERVAL: Duration = Duration::from_secs(2);
-/// How long a pod this process created is presumed to exist while the cache does not show it.
-const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+const STATUS_MAX_INTERVAL: Duration = Duration::from_secs(10);
+const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
+/// How long a pod this process created is presumed to exist while the cache does not show it
+/// (Kubernetes' own controllers use 5 minutes: a loaded apiserver's watch can lag by minutes).
+const EXPECTATION_TTL: Duration = Duration::from_secs(300);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -287,8 +290,17 @@ fn status_delay(
     if flips(previous) != flips(next) || previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map {
         return None;
     }
-    let last = *ctx.status_written.lock().unwrap_or_else(|p| p.into_inner()).get(key)?;
-    STATUS_MIN_INTERVAL.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+    let written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
+    let last = *written.get(key)?;
+    let busy = written.values().filter(|at| at.elapsed() < STATUS_MAX_INTERVAL).count();
+    progress_interval(busy).checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+}
+
+/// The least time between two progress-only status writes of one PDDeployment, growing with the
+/// number of PDDeployments whose status changed lately: when hundreds converge at once, their
+/// "3 of 4 ready" messages would otherwise take the apiserver's capacity from the pods themselves.
+fn progress_interval(busy: usize) -> Duration {
+    (STATUS_PER_BUSY_OBJECT * u32::try_from(busy).unwrap_or(u32::MAX)).clamp(STATUS_MIN_INTERVAL, STATUS_MAX_INTERVAL)
 }
 
 async fn write_status(
@@ -635,4 +647,18 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     }
     info!("controller stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_writes_space_out_as_more_objects_converge_at_once() {
+        assert_eq!(progress_interval(0), STATUS_MIN_INTERVAL);
+        assert_eq!(progress_interval(100), STATUS_MIN_INTERVAL);
+        assert_eq!(progress_interval(250), Duration::from_secs(5));
+        assert_eq!(progress_interval(500), STATUS_MAX_INTERVAL);
+        assert_eq!(progress_interval(usize::MAX), STATUS_MAX_INTERVAL);
+    }
 }
