@@ -94,6 +94,10 @@ pub struct ControllerArgs {
     /// pd-operator's own image (handshake sidecar, `sim` engine).
     #[arg(long, env = "PD_OPERATOR_IMAGE", default_value_t = render::default_operator_image())]
     pub operator_image: String,
+    /// PDDeployments reconciled at once. Bounds memory and the controller's share of the
+    /// apiserver when hundreds change together; 0 means no limit.
+    #[arg(long, env = "PD_MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
+    pub max_concurrent_reconciles: u16,
     /// Elect a leader through a Lease so several replicas can run.
     #[arg(long, env = "PD_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -263,6 +267,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
             admin_addr: args.admin_addr,
             render: RenderOptions { operator_image: args.operator_image, default_namespace: "default".into() },
             namespace: args.namespace,
+            max_concurrent_reconciles: args.max_concurrent_reconciles,
             leader_election: args.leader_elect.then_some(crate::controller::LeaderSettings {
                 namespace: args.leader_election_namespace,
                 lease: args.lease_name,

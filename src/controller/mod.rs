@@ -45,9 +45,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 const STATUS_MIN_INTERVAL: Duration = Duration::from_secs(2);
 const STATUS_MAX_INTERVAL: Duration = Duration::from_secs(10);
 const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
-/// How long a pod this process created is presumed to exist while the cache does not show it
-/// (Kubernetes' own controllers use 5 minutes: a loaded apiserver's watch can lag by minutes).
-const EXPECTATION_TTL: Duration = Duration::from_secs(300);
+/// How long a pod this process created is presumed to exist while the cache does not show it.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -82,6 +81,8 @@ pub struct Settings {
     pub render: RenderOptions,
     /// Watch one namespace, or all when None.
     pub namespace: Option<String>,
+    /// Reconciles running at once (0: no limit).
+    pub max_concurrent_reconciles: u16,
     pub leader_election: Option<LeaderSettings>,
     pub webhook: Option<crate::webhook::WebhookSettings>,
 }
@@ -104,8 +105,10 @@ pub struct Context {
     applied: Mutex<HashMap<String, (String, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
     stores: ChildStores,
-    /// When each PDDeployment's status was last written (`ns/name`).
-    status_written: Mutex<HashMap<String, Instant>>,
+    /// What this process last wrote to each PDDeployment's status, and when (`ns/name/uid`). It is
+    /// the only status writer, so this is newer than a lagging cache: transitions and "nothing
+    /// changed" are judged against it, or stale views would rewrite old timestamps back and forth.
+    status_written: Mutex<HashMap<String, (Instant, crate::api::PDDeploymentStatus)>>,
     /// Pods this process created that the pod cache may not show yet (`ns/name` → when).
     expected_pods: Mutex<HashMap<String, Instant>>,
 }
@@ -227,8 +230,8 @@ impl Context {
         self.expected_pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether pod `ns/name` was created by this process within the last 30 s (and is therefore
-    /// only missing from a lagging cache). Expired entries are dropped.
+    /// Whether pod `ns/name` was created by this process within the expectation TTL (and is
+    /// therefore only missing from a lagging cache). Expired entries are dropped.
     fn expecting(&self, ns: &str, pod: &str) -> bool {
         let mut map = self.expected_pods();
         map.retain(|_, at| at.elapsed() < EXPECTATION_TTL);
@@ -291,8 +294,8 @@ fn status_delay(
         return None;
     }
     let written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
-    let last = *written.get(key)?;
-    let busy = written.values().filter(|at| at.elapsed() < STATUS_MAX_INTERVAL).count();
+    let last = written.get(key)?.0;
+    let busy = written.values().filter(|(at, _)| at.elapsed() < STATUS_MAX_INTERVAL).count();
     progress_interval(busy).checked_sub(last.elapsed()).filter(|d| !d.is_zero())
 }
 
@@ -303,21 +306,33 @@ fn progress_interval(busy: usize) -> Duration {
     (STATUS_PER_BUSY_OBJECT * u32::try_from(busy).unwrap_or(u32::MAX)).clamp(STATUS_MIN_INTERVAL, STATUS_MAX_INTERVAL)
 }
 
+impl Context {
+    /// The newest status this process knows for a PDDeployment: its own last write, else the cache's.
+    fn known_status(&self, key: &str, pdd: &PDDeployment) -> Option<crate::api::PDDeploymentStatus> {
+        let written = self.status_written.lock().unwrap_or_else(|p| p.into_inner());
+        written.get(key).map(|(_, s)| s.clone()).or_else(|| pdd.status.clone())
+    }
+}
+
 async fn write_status(
     ctx: &Context,
-    pdd: &PDDeployment,
+    key: &str,
+    known: Option<&crate::api::PDDeploymentStatus>,
     ns: &str,
     name: &str,
     status: crate::api::PDDeploymentStatus,
 ) -> Result<(), Error> {
-    if pdd.status.as_ref() == Some(&status) {
+    if known == Some(&status) {
         return Ok(());
     }
-    ctx.status_written.lock().unwrap_or_else(|p| p.into_inner()).insert(format!("{ns}/{name}"), Instant::now());
     let api: Api<PDDeployment> = Api::namespaced(ctx.client.clone(), ns);
     let body = serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "status": status});
     ctx.metrics.write("apply", "pddeployments/status");
     api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    let mut written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
+    // Entries of deleted or long-idle PDDeployments go; by then the cache has caught up.
+    written.retain(|_, (at, _)| at.elapsed() < RESYNC);
+    written.insert(key.to_owned(), (Instant::now(), status));
     Ok(())
 }
 
@@ -356,14 +371,17 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         }
         ctx.stores.ready().await?;
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let observed: Vec<ObservedPod> =
+        let mut observed: Vec<ObservedPod> =
             children_in(&ctx.stores.pods, &ns, &name, &uid).iter().filter_map(|p| ObservedPod::from_pod(p)).collect();
+        // The cache hands pods out in no fixed order; messages that list them must not churn.
+        observed.sort_by(|a, b| a.name.cmp(&b.name));
+        let status_key = format!("{ns}/{name}/{uid}");
+        let known = ctx.known_status(&status_key, pdd);
         // Seen in the cache: from now on, a missing pod is really gone.
         ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
         if !problems.is_empty() {
             let message = problems.join("; ");
-            let was_invalid = pdd
-                .status
+            let was_invalid = known
                 .as_ref()
                 .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.status == "False" && c.message == message));
             if !was_invalid {
@@ -371,6 +389,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             }
             let inputs = status::StatusInputs {
                 pdd,
+                previous: known.as_ref(),
                 validation: Err(message),
                 observed: &observed,
                 nodes: (render::nodes_per_instance(&pdd.spec.prefill), render::nodes_per_instance(&pdd.spec.decode)),
@@ -379,7 +398,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
                 degraded: None,
                 now,
             };
-            write_status(&ctx, pdd, &ns, &name, status::compute(&inputs)).await?;
+            write_status(&ctx, &status_key, known.as_ref(), &ns, &name, status::compute(&inputs)).await?;
             return Ok(Action::await_change());
         }
 
@@ -444,7 +463,12 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
                     continue;
                 }
                 ctx.metrics.write("apply", "pods");
-                pods_api.patch(&pname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(pod)).await?;
+                let applied = pods_api.patch(&pname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(pod)).await?;
+                if applied.metadata.deletion_timestamp.is_some() {
+                    // The name still belongs to a pod on its way out (the cache had not shown it):
+                    // the apply only touched that pod. Once it is gone, a later pass creates anew.
+                    continue;
+                }
                 ctx.expect_pod(&ns, &pname);
                 new_pods += 1;
             }
@@ -464,6 +488,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             (render::role_revision(&pdd.spec, Role::Prefill, &ctx.render), render::role_revision(&pdd.spec, Role::Decode, &ctx.render));
         let inputs = status::StatusInputs {
             pdd,
+            previous: known.as_ref(),
             validation: Ok(()),
             observed: &observed,
             nodes: (render::nodes_per_instance(&pdd.spec.prefill), render::nodes_per_instance(&pdd.spec.decode)),
@@ -473,13 +498,13 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             now,
         };
         let next = status::compute(&inputs);
-        if let Some(wait) = status_delay(&ctx, &format!("{ns}/{name}"), pdd.status.as_ref(), &next) {
+        if let Some(wait) = status_delay(&ctx, &status_key, known.as_ref(), &next) {
             return Ok(Action::requeue(requeue.min(wait + Duration::from_millis(50))));
         }
-        if let Some((type_, reason, note)) = status::handshake_transition(pdd.status.as_ref(), &next) {
+        if let Some((type_, reason, note)) = status::handshake_transition(known.as_ref(), &next) {
             ctx.event(pdd, type_, &reason, "Handshake", note).await;
         }
-        write_status(&ctx, pdd, &ns, &name, next).await?;
+        write_status(&ctx, &status_key, known.as_ref(), &ns, &name, next).await?;
         Ok(Action::requeue(requeue))
     }
     .instrument(span)
@@ -618,7 +643,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         .owns_stream(config_map_events)
         .owns_stream(deployment_events)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
-        .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
+        .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(stopped());
     let store = controller.store();
     let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {

@@ -19,6 +19,8 @@ pub const HANDSHAKE_READY: &str = "HandshakeReady";
 /// Everything the status is computed from.
 pub struct StatusInputs<'a> {
     pub pdd: &'a PDDeployment,
+    /// The newest status known (the controller's own last write beats a lagging cache).
+    pub previous: Option<&'a PDDeploymentStatus>,
     /// `Err(message)` when the spec failed validation.
     pub validation: Result<(), String>,
     pub observed: &'a [ObservedPod],
@@ -145,7 +147,7 @@ fn merge(previous: &[Condition], mut next: Vec<Condition>, now: &Time, generatio
 pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let pdd = inputs.pdd;
     let generation = pdd.metadata.generation;
-    let previous = pdd.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let previous = inputs.previous.map(|s| s.conditions.clone()).unwrap_or_default();
     let (p, d) = (count(inputs, Role::Prefill), count(inputs, Role::Decode));
     let max_unavailable = pdd.spec.rollout.max_unavailable.max(1);
     let mut conditions = Vec::new();
@@ -319,6 +321,7 @@ mod tests {
         let observed = [decode_pod(0, Some(true), Some(ranks.clone())), decode_pod(1, Some(false), Some(ranks.clone()))];
         let inputs = StatusInputs {
             pdd: &pdd,
+            previous: None,
             validation: Ok(()),
             observed: &observed,
             nodes: (1, 1),
@@ -338,6 +341,7 @@ mod tests {
         let observed = [decode_pod(0, Some(true), None), decode_pod(1, Some(false), None)];
         let inputs = StatusInputs {
             pdd: &pdd,
+            previous: None,
             validation: Ok(()),
             observed: &observed,
             nodes: (1, 1),
