@@ -306,6 +306,21 @@ mod tests {
         assert_eq!((type_, reason.as_str()), (EventType::Warning, "PageSizeMismatch"));
     }
 
+    /// Inputs for single-pod instances at the current revision.
+    fn one_pod_instances<'a>(pdd: &'a PDDeployment, observed: &'a [ObservedPod]) -> StatusInputs<'a> {
+        StatusInputs {
+            pdd,
+            previous: None,
+            validation: Ok(()),
+            observed,
+            nodes: (1, 1),
+            revisions: ("", ""),
+            router_ready: None,
+            degraded: None,
+            now: Time(jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
     #[test]
     fn the_rank_map_lists_only_instances_with_a_passed_published_handshake() {
         let pdd = pdd();
@@ -319,17 +334,7 @@ mod tests {
             required_prefill_response_num: 1,
         }];
         let observed = [decode_pod(0, Some(true), Some(ranks.clone())), decode_pod(1, Some(false), Some(ranks.clone()))];
-        let inputs = StatusInputs {
-            pdd: &pdd,
-            previous: None,
-            validation: Ok(()),
-            observed: &observed,
-            nodes: (1, 1),
-            revisions: ("", ""),
-            router_ready: None,
-            degraded: None,
-            now: Time(jiff::Timestamp::UNIX_EPOCH),
-        };
+        let inputs = one_pod_instances(&pdd, &observed);
         let map = rank_map(&inputs);
         assert_eq!(map, vec![DecodeRankMap { decode_instance: 0, ranks }]);
     }
@@ -339,17 +344,7 @@ mod tests {
         let pdd = pdd();
         // Instance 0 passed and instance 1 failed: only instance 0 serves.
         let observed = [decode_pod(0, Some(true), None), decode_pod(1, Some(false), None)];
-        let inputs = StatusInputs {
-            pdd: &pdd,
-            previous: None,
-            validation: Ok(()),
-            observed: &observed,
-            nodes: (1, 1),
-            revisions: ("", ""),
-            router_ready: None,
-            degraded: None,
-            now: Time(jiff::Timestamp::UNIX_EPOCH),
-        };
+        let inputs = one_pod_instances(&pdd, &observed);
         assert_eq!(count(&inputs, Role::Decode).ready, 1);
         // No sidecar report yet: the engine containers decide.
         let unreported = [decode_pod(0, None, None), decode_pod(1, None, None)];
