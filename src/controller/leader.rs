@@ -79,12 +79,18 @@ impl LeaderElector {
         }
     }
 
-    /// Waits until this replica holds the lease.
+    /// Waits until this replica holds the lease. Errors are retried: a replica that holds
+    /// nothing has nothing to lose, and on a fresh node the API Service may not route yet (the
+    /// kind tier saw both replicas exit on their first attempt before kube-proxy was ready).
     pub async fn acquire(&self) -> Result<(), LeaderError> {
         loop {
-            if self.try_acquire().await? {
-                tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
-                return Ok(());
+            match self.try_acquire().await {
+                Ok(true) => {
+                    tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "taking the leader lease failed; retrying"),
             }
             tokio::time::sleep(self.duration / 3).await;
         }
