@@ -230,6 +230,12 @@ impl Context {
         self.expected_pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The newest status this process knows for a PDDeployment: its own last write, else the cache's.
+    fn known_status(&self, key: &str, pdd: &PDDeployment) -> Option<crate::api::PDDeploymentStatus> {
+        let written = self.status_written.lock().unwrap_or_else(|p| p.into_inner());
+        written.get(key).map(|(_, s)| s.clone()).or_else(|| pdd.status.clone())
+    }
+
     /// Whether pod `ns/name` was created by this process within the expectation TTL (and is
     /// therefore only missing from a lagging cache). Expired entries are dropped.
     fn expecting(&self, ns: &str, pod: &str) -> bool {
@@ -304,14 +310,6 @@ fn status_delay(
 /// "3 of 4 ready" messages would otherwise take the apiserver's capacity from the pods themselves.
 fn progress_interval(busy: usize) -> Duration {
     (STATUS_PER_BUSY_OBJECT * u32::try_from(busy).unwrap_or(u32::MAX)).clamp(STATUS_MIN_INTERVAL, STATUS_MAX_INTERVAL)
-}
-
-impl Context {
-    /// The newest status this process knows for a PDDeployment: its own last write, else the cache's.
-    fn known_status(&self, key: &str, pdd: &PDDeployment) -> Option<crate::api::PDDeploymentStatus> {
-        let written = self.status_written.lock().unwrap_or_else(|p| p.into_inner());
-        written.get(key).map(|(_, s)| s.clone()).or_else(|| pdd.status.clone())
-    }
 }
 
 async fn write_status(
