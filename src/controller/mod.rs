@@ -170,20 +170,33 @@ impl Context {
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let existing = children_in(store, ns, name, uid);
-        let mut current = Vec::new();
+        // Unchanged children are kept from the cache; the changed ones are applied at once.
+        let mut current: Vec<Option<K>> = Vec::with_capacity(desired.len());
+        let mut changed = Vec::new();
         for want in desired {
             let mut want = want.clone();
             let hash = digest(&want);
             want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let wname = want.meta().name.clone().unwrap_or_default();
             let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
-            if have.and_then(|h| h.meta().annotations.as_ref()).and_then(|a| a.get(APPLIED_HASH)) == Some(&hash) {
-                current.push(have.map(|h| K::clone(h)).unwrap_or(want));
+            if let Some(have) = have.filter(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) == Some(&hash)) {
+                current.push(Some(K::clone(have)));
                 continue;
             }
-            self.metrics.write("apply", K::plural(&()).as_ref());
-            let applied = api.patch(&wname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&want)).await?;
-            current.push(applied);
+            current.push(None);
+            changed.push((current.len() - 1, wname, want));
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let applies = changed.iter().map(|(_, wname, want)| {
+            let (api, params) = (&api, &params);
+            async move {
+                self.metrics.write("apply", K::plural(&()).as_ref());
+                api.patch(wname, params, &Patch::Apply(want)).await
+            }
+        });
+        let applied = futures::future::try_join_all(applies).await?;
+        for ((slot, _, _), obj) in changed.iter().zip(applied) {
+            current[*slot] = Some(obj);
         }
         for leftover in &existing {
             let lname = leftover.meta().name.clone().unwrap_or_default();
@@ -197,7 +210,7 @@ impl Context {
                 }
             }
         }
-        Ok(current)
+        Ok(current.into_iter().flatten().collect())
     }
 
     /// Applies objects whose content changed since this process last applied them (or longer ago
@@ -208,20 +221,26 @@ impl Context {
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-        for want in desired {
-            let wname = want.meta().name.clone().unwrap_or_default();
-            let key = format!("{}/{ns}/{wname}", K::kind(&()));
-            let hash = digest(want);
-            let fresh = {
-                let map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
-                map.get(&key).is_some_and(|(h, at)| *h == hash && at.elapsed() < RESYNC)
-            };
-            if fresh {
-                continue;
+        let stale: Vec<(String, String, &K)> = {
+            let map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+            desired
+                .iter()
+                .map(|want| (format!("{}/{ns}/{}", K::kind(&()), want.meta().name.as_deref().unwrap_or_default()), digest(want), want))
+                .filter(|(key, hash, _)| !map.get(key).is_some_and(|(h, at)| h == hash && at.elapsed() < RESYNC))
+                .collect()
+        };
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let applies = stale.iter().map(|(_, _, want)| {
+            let (api, params) = (&api, &params);
+            async move {
+                self.metrics.write("apply", K::plural(&()).as_ref());
+                api.patch(want.meta().name.as_deref().unwrap_or_default(), params, &Patch::Apply(*want)).await
             }
-            self.metrics.write("apply", K::plural(&()).as_ref());
-            api.patch(&wname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(want)).await?;
-            self.applied.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (hash, Instant::now()));
+        });
+        futures::future::try_join_all(applies).await?;
+        let mut map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, hash, _) in stale {
+            map.insert(key, (hash, Instant::now()));
         }
         Ok(())
     }
@@ -403,12 +422,16 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         // Render, then bring the support objects to the rendered state.
         let Rendered { services, config_maps, service_accounts, roles, role_bindings, pods: desired_pods, deployments } =
             render::render(pdd, &facts, &ctx.render)?;
-        ctx.sync_children(&ctx.stores.services, &ns, &name, &uid, &services).await?;
-        ctx.sync_children(&ctx.stores.config_maps, &ns, &name, &uid, &config_maps).await?;
-        ctx.ensure_applied(&ns, &service_accounts).await?;
-        ctx.ensure_applied(&ns, &roles).await?;
-        ctx.ensure_applied(&ns, &role_bindings).await?;
-        let routers = ctx.sync_children(&ctx.stores.deployments, &ns, &name, &uid, &deployments).await?;
+        // None depends on another (a RoleBinding may name a Role not yet there); pods come after,
+        // since admission refuses a pod whose ServiceAccount does not exist.
+        let (_, _, _, _, _, routers) = futures::try_join!(
+            ctx.sync_children(&ctx.stores.services, &ns, &name, &uid, &services),
+            ctx.sync_children(&ctx.stores.config_maps, &ns, &name, &uid, &config_maps),
+            ctx.ensure_applied(&ns, &service_accounts),
+            ctx.ensure_applied(&ns, &roles),
+            ctx.ensure_applied(&ns, &role_bindings),
+            ctx.sync_children(&ctx.stores.deployments, &ns, &name, &uid, &deployments),
+        )?;
         let router_ready =
             pdd.spec.router.enabled.then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0));
 
@@ -451,29 +474,34 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
                 }
             }
         }
-        let mut created = Vec::new();
-        for (role, instance, group) in &plan.creates {
-            let mut new_pods = 0;
-            for pod in group {
-                let pname = pod.metadata.name.clone().unwrap_or_default();
-                // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
-                if ctx.expecting(&ns, &pname) {
-                    continue;
-                }
+        // Every missing pod at once: the instances of a new PDDeployment are independent.
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let applies = plan.creates.iter().enumerate().flat_map(|(group_index, (_, _, group))| {
+            group.iter().map(move |pod| (group_index, pod.metadata.name.clone().unwrap_or_default(), pod))
+        });
+        // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
+        let applies = applies.filter(|(_, pname, _)| !ctx.expecting(&ns, pname)).map(|(group_index, pname, pod)| {
+            let (pods_api, params, ctx, ns) = (&pods_api, &params, &ctx, &ns);
+            async move {
                 ctx.metrics.write("apply", "pods");
-                let applied = pods_api.patch(&pname, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(pod)).await?;
+                let applied = pods_api.patch(&pname, params, &Patch::Apply(pod)).await?;
                 if applied.metadata.deletion_timestamp.is_some() {
                     // The name still belongs to a pod on its way out (the cache had not shown it):
                     // the apply only touched that pod. Once it is gone, a later pass creates anew.
-                    continue;
+                    return Ok::<_, Error>(None);
                 }
-                ctx.expect_pod(&ns, &pname);
-                new_pods += 1;
+                ctx.expect_pod(ns, &pname);
+                Ok(Some(group_index))
             }
-            if new_pods > 0 {
-                created.push(format!("{} instance {instance} ({} pods)", role.as_str(), group.len()));
-            }
-        }
+        });
+        let new_in_group: Vec<usize> = futures::future::try_join_all(applies).await?.into_iter().flatten().collect();
+        let created: Vec<String> = plan
+            .creates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| new_in_group.contains(i))
+            .map(|(_, (role, instance, group))| format!("{} instance {instance} ({} pods)", role.as_str(), group.len()))
+            .collect();
         // One Event per reconcile: a new PDDeployment creates every instance at once.
         if !created.is_empty() {
             ctx.event(pdd, EventType::Normal, "InstancesCreated", "Create", format!("created {}", created.join(", "))).await;
