@@ -77,6 +77,61 @@ async fn pod_count(client: &Client, ns: &str, fields: Option<&str>) -> usize {
     pods.list_metadata(&lp).await.map(|l| l.items.len()).unwrap_or(0)
 }
 
+/// CPU seconds of each control-plane process of `hack/cluster.sh` (pids under PD_CLUSTER_DIR).
+fn control_plane_cpu() -> Vec<(String, f64)> {
+    let dir = std::env::var("PD_CLUSTER_DIR").unwrap_or_default();
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+        .iter()
+        .filter_map(|name| {
+            let pid = std::fs::read_to_string(format!("{dir}/pids/{name}")).ok()?.trim().parse().ok()?;
+            Some((name.to_string(), proc_stats(pid).0))
+        })
+        .collect()
+}
+
+/// The apiserver's count of write requests by verb and resource (`apiserver_request_total`).
+async fn apiserver_writes(client: &Client) -> std::collections::BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap_or_default();
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let label = |k: &str| line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_owned();
+        let verb = label("verb");
+        if !["POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE"].contains(&verb.as_str()) {
+            continue;
+        }
+        let sub = label("subresource");
+        let key = format!("{verb} {}{}{}", label("resource"), if sub.is_empty() { "" } else { "/" }, sub);
+        *out.entry(key).or_insert(0.0) += line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    }
+    out
+}
+
+/// Prints what a run cost the rest of the machine: control-plane CPU and apiserver writes.
+struct Costs {
+    cpu: Vec<(String, f64)>,
+    writes: std::collections::BTreeMap<String, f64>,
+}
+
+impl Costs {
+    async fn now(client: &Client) -> Costs {
+        Costs { cpu: control_plane_cpu(), writes: apiserver_writes(client).await }
+    }
+
+    async fn report(&self, client: &Client, run: &str) {
+        let after = Costs::now(client).await;
+        for ((name, cpu), (_, before)) in after.cpu.iter().zip(&self.cpu) {
+            eprintln!("[bench] {run}: {name} CPU {:.1} s", cpu - before);
+        }
+        for (key, count) in &after.writes {
+            let delta = count - self.writes.get(key).copied().unwrap_or(0.0);
+            if delta >= 100.0 {
+                eprintln!("[bench] {run}: apiserver {key} {delta:.0}");
+            }
+        }
+    }
+}
+
 struct Row {
     n: usize,
     pods_exist: f64,
@@ -108,6 +163,7 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let api: Api<PDDeployment> = Api::namespaced(client.clone(), &ns);
+    let costs = Costs::now(client).await;
     let start = Instant::now();
     join_all((0..n).map(|i| {
         let api = api.clone();
@@ -137,6 +193,7 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
         tokio::time::sleep(POLL).await;
     };
     let (cpu, hwm_kib) = proc_stats(child.id());
+    costs.report(client, &format!("N={n} controller")).await;
     // Where the time after the last pod goes: kwok starting pods, or the controller's statuses.
     eprintln!("[bench] N={n}: every pod Running after {:.1} s", pods_running.unwrap_or(status_current));
     let writes = metric_sum(port, "pd_operator_api_writes_total");
@@ -166,6 +223,7 @@ async fn floor(client: &Client, n: usize) -> (f64, f64) {
             (r.service_accounts, r.pods)
         })
         .collect();
+    let costs = Costs::now(client).await;
     let start = Instant::now();
     join_all(batches.into_iter().map(|(accounts, pods)| {
         let (api, accounts_api) = (pods_api.clone(), accounts_api.clone());
@@ -188,6 +246,7 @@ async fn floor(client: &Client, n: usize) -> (f64, f64) {
         }
         tokio::time::sleep(POLL).await;
     };
+    costs.report(client, &format!("N={n} floor")).await;
     delete_namespace(client, &ns).await;
     (exist, running)
 }
