@@ -313,15 +313,34 @@ fn status_delay(
     if previous == next {
         return None;
     }
-    let flips = |s: &crate::api::PDDeploymentStatus| s.conditions.iter().map(|c| (c.type_.clone(), c.status.clone())).collect::<Vec<_>>();
-    // A condition turning True/False, a new generation or a new rank map is news: write at once.
-    if flips(previous) != flips(next) || previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map {
+    if urgent(previous, next) {
         return None;
     }
     let written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
     let last = written.get(key)?.0;
     let busy = written.values().filter(|(at, _)| at.elapsed() < STATUS_MAX_INTERVAL).count();
     progress_interval(busy).checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+}
+
+/// Whether a status change must be written at once rather than coalesced with the progress
+/// writes: a new generation or rank map, anything turning bad, Ready turning True, or a rollout
+/// completing. Good news on the way (one role available, the other still starting) waits.
+fn urgent(previous: &crate::api::PDDeploymentStatus, next: &crate::api::PDDeploymentStatus) -> bool {
+    if previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map {
+        return true;
+    }
+    next.conditions.iter().any(|c| {
+        let before = previous.conditions.iter().find(|p| p.type_ == c.type_).map(|p| p.status.as_str());
+        if before == Some(c.status.as_str()) {
+            return false;
+        }
+        match c.type_.as_str() {
+            status::DEGRADED => c.status == "True",
+            status::PROGRESSING => c.status == "False",
+            status::READY => true,
+            _ => c.status != "True",
+        }
+    })
 }
 
 /// The least time between two progress-only status writes of one PDDeployment, growing with the
@@ -703,6 +722,56 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_conditions(generation: i64, conditions: &[(&str, &str)]) -> crate::api::PDDeploymentStatus {
+        let conditions = conditions
+            .iter()
+            .map(|(type_, status)| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: (*type_).into(),
+                status: (*status).into(),
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: Some(generation),
+            })
+            .collect();
+        crate::api::PDDeploymentStatus { observed_generation: Some(generation), conditions, ..Default::default() }
+    }
+
+    #[test]
+    fn good_news_on_the_way_waits_but_bad_news_and_completion_do_not() {
+        use status::{DECODE_AVAILABLE, DEGRADED, PREFILL_AVAILABLE, PROGRESSING, READY};
+        let starting = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "False"), (DECODE_AVAILABLE, "False"), (PROGRESSING, "True"), (DEGRADED, "False"), (READY, "False")],
+        );
+        let prefill_up = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "False"), (PROGRESSING, "True"), (DEGRADED, "False"), (READY, "False")],
+        );
+        let complete = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "True"), (PROGRESSING, "False"), (DEGRADED, "False"), (READY, "False")],
+        );
+        let ready = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "True"), (PROGRESSING, "False"), (DEGRADED, "False"), (READY, "True")],
+        );
+        let degraded = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "True"), (PROGRESSING, "True"), (DEGRADED, "True"), (READY, "True")],
+        );
+        assert!(!urgent(&starting, &prefill_up), "one role available mid-rollout can wait");
+        assert!(!urgent(&starting, &starting), "nothing changed");
+        assert!(urgent(&prefill_up, &complete), "a finished rollout is written at once");
+        assert!(urgent(&complete, &ready), "Ready turning True is written at once");
+        assert!(urgent(&ready, &degraded), "Degraded turning True is written at once");
+        assert!(urgent(&prefill_up, &starting), "a role becoming unavailable is written at once");
+        assert!(urgent(&ready, &with_conditions(2, &[])), "a new generation is written at once");
+        let mut mapped = ready.clone();
+        mapped.rank_map = vec![Default::default()];
+        assert!(urgent(&ready, &mapped), "a new rank map is written at once");
+    }
 
     #[test]
     fn progress_writes_space_out_as_more_objects_converge_at_once() {
