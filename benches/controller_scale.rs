@@ -55,7 +55,7 @@ async fn namespace(client: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
     let _ = api.create(&PostParams::default(), &ns).await;
-    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), name);
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     while sa.get_opt("default").await.ok().flatten().is_none() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -141,6 +141,7 @@ struct Row {
     writes_per_pdd: f64,
     floor_exist: f64,
     floor_running: f64,
+    floor_all_running: f64,
 }
 
 async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, f64, f64, f64) {
@@ -208,33 +209,50 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
     (pods_exist.unwrap_or(status_current), status_current, cpu, hwm_kib as f64 / 1024.0, writes / n as f64)
 }
 
-async fn floor(client: &Client, n: usize) -> (f64, f64) {
-    let ns = format!("bench-floor-{n}");
+/// Creates `objects` in `ns` one after another.
+async fn create_each<K>(client: &Client, ns: &str, objects: Vec<K>)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    for o in objects {
+        api.create(&PostParams::default(), &o).await.unwrap_or_else(|e| panic!("create {}: {e}", K::kind(&())));
+    }
+}
+
+/// The floor: the rendered pods created directly (after the decode ServiceAccount they run
+/// under), 8 sequential creates per PDDeployment, PDDeployments concurrent. With `everything`,
+/// every other rendered object (Services, ConfigMap, Role, RoleBinding) is created first too: the
+/// cost of the object set itself, without a controller.
+async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
+    let ns = format!("bench-floor{}-{n}", if everything { "-all" } else { "" });
     namespace(client, &ns).await;
     let facts = pd_operator::model::resolve(&spec().model, None);
     let opts = RenderOptions { default_namespace: ns.clone(), ..RenderOptions::default() };
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let accounts_api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    let batches: Vec<(Vec<ServiceAccount>, Vec<Pod>)> = (0..n)
+    let batches: Vec<_> = (0..n)
         .map(|i| {
             let mut pdd = PDDeployment::new(&format!("p{i}"), spec());
             pdd.metadata.namespace = Some(ns.clone());
-            let r = render(&pdd, &facts, &opts).unwrap();
-            (r.service_accounts, r.pods)
+            render(&pdd, &facts, &opts).unwrap()
         })
         .collect();
     let costs = Costs::now(client).await;
     let start = Instant::now();
-    join_all(batches.into_iter().map(|(accounts, pods)| {
-        let (api, accounts_api) = (pods_api.clone(), accounts_api.clone());
+    join_all(batches.into_iter().map(|r| {
+        let ns = ns.as_str();
         async move {
-            // The decode pods run under their ServiceAccount: it must exist first, as in the controller.
-            for a in accounts {
-                accounts_api.create(&PostParams::default(), &a).await.expect("create service account");
+            create_each(client, ns, r.service_accounts).await;
+            if everything {
+                create_each(client, ns, r.services).await;
+                create_each(client, ns, r.config_maps).await;
+                create_each(client, ns, r.roles).await;
+                create_each(client, ns, r.role_bindings).await;
             }
-            for p in pods {
-                api.create(&PostParams::default(), &p).await.expect("create pod");
-            }
+            create_each(client, ns, r.pods).await;
         }
     }))
     .await;
@@ -246,7 +264,7 @@ async fn floor(client: &Client, n: usize) -> (f64, f64) {
         }
         tokio::time::sleep(POLL).await;
     };
-    costs.report(client, &format!("N={n} floor")).await;
+    costs.report(client, &format!("N={n} {ns}")).await;
     delete_namespace(client, &ns).await;
     (exist, running)
 }
@@ -263,15 +281,27 @@ fn main() {
             eprintln!("[bench] N={n}: through the controller");
             let (pods_exist, status_current, cpu, rss_mib, writes_per_pdd) = through_controller(&client, &bin, n).await;
             eprintln!("[bench] N={n}: floor (same pods, created directly)");
-            let (floor_exist, floor_running) = floor(&client, n).await;
-            rows.push(Row { n, pods_exist, status_current, cpu, rss_mib, writes_per_pdd, floor_exist, floor_running });
+            let (floor_exist, floor_running) = floor(&client, n, false).await;
+            eprintln!("[bench] N={n}: floor with every rendered object");
+            let (_, floor_all_running) = floor(&client, n, true).await;
+            rows.push(Row { n, pods_exist, status_current, cpu, rss_mib, writes_per_pdd, floor_exist, floor_running, floor_all_running });
         }
-        println!("| N PDDeployments (8 pods each) | pods exist (s) | all statuses current (s) | floor: pods created (s) | floor: pods Running (s) | ratio (status / floor Running) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment |");
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("| N PDDeployments (8 pods each) | pods exist (s) | all statuses current (s) | floor: pods created (s) | floor: pods Running (s) | ratio (status / floor Running) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment | floor with every rendered object: Running (s) | ratio to it |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for r in rows {
             println!(
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.1} | {:.1} | {:.1} |",
-                r.n, r.pods_exist, r.status_current, r.floor_exist, r.floor_running, r.status_current / r.floor_running, r.cpu, r.rss_mib, r.writes_per_pdd
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x |",
+                r.n,
+                r.pods_exist,
+                r.status_current,
+                r.floor_exist,
+                r.floor_running,
+                r.status_current / r.floor_running,
+                r.cpu,
+                r.rss_mib,
+                r.writes_per_pdd,
+                r.floor_all_running,
+                r.status_current / r.floor_all_running
             );
         }
     });
