@@ -78,13 +78,18 @@ pub fn parse_pod_ref(s: &str) -> Result<(String, String), SidecarError> {
 
 /// Addresses from `--prefill` and the prefill file (one `host:port` per line, `#` comments).
 fn addresses(cfg: &SidecarConfig) -> Result<Vec<String>, SidecarError> {
-    let mut out = cfg.prefills.clone();
-    if let Some(path) = &cfg.prefill_file {
-        let text = std::fs::read_to_string(path).map_err(|source| SidecarError::Read { path: path.clone(), source })?;
-        out.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned));
-    }
-    out.dedup();
-    Ok(out)
+    let file = match &cfg.prefill_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|source| SidecarError::Read { path: path.clone(), source })?),
+        None => None,
+    };
+    Ok(merge_addresses(&cfg.prefills, file.as_deref()))
+}
+
+/// Flag addresses, then the file's, each once, in first-seen order.
+fn merge_addresses(flags: &[String], file: Option<&str>) -> Vec<String> {
+    let from_file = file.into_iter().flat_map(str::lines).map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let mut seen = std::collections::HashSet::new();
+    flags.iter().map(String::as_str).chain(from_file).filter(|a| seen.insert(*a)).map(str::to_owned).collect()
 }
 
 /// The aggregate over every prefill, as the pod condition shows it.
@@ -395,6 +400,14 @@ pub async fn run(cfg: SidecarConfig, shutdown: impl std::future::Future<Output =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_prefill_address_is_probed_once_in_first_seen_order() {
+        let flags = vec!["a:8998".to_owned(), "b:8998".to_owned(), "a:8998".to_owned()];
+        let file = "# prefills\nc:8998\n\n  b:8998  \na:8998\n";
+        assert_eq!(merge_addresses(&flags, Some(file)), ["a:8998", "b:8998", "c:8998"]);
+        assert_eq!(merge_addresses(&[], None), Vec::<String>::new());
+    }
 
     fn failed(reason: &str) -> Verdict {
         Verdict::Failed {
