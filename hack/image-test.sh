@@ -6,15 +6,11 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-started_here=false
-if ! docker info >/dev/null 2>&1; then
-  docker_env=$(hack/docker.sh up) || { echo "[image-test] FAILED: no Docker engine and none could be started (see above); this tier cannot run" >&2; exit 1; }
-  eval "$docker_env"
-  started_here=true
-fi
+source hack/lib/docker.sh
+ensure_docker image-test
 cleanup() {
   docker rm -f pd-image-test-prefill >/dev/null 2>&1 || true
-  if $started_here; then hack/docker.sh down; fi
+  release_docker
 }
 trap cleanup EXIT
 start=$(date +%s)

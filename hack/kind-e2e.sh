@@ -17,12 +17,8 @@ GPUS=${PD_KIND_GPUS:-32}
 log() { echo "[kind-e2e $(date +%H:%M:%S)] $*" >&2; }
 start=$(date +%s)
 
-started_docker=false
-if ! docker info >/dev/null 2>&1; then
-  docker_env=$(hack/docker.sh up) || { echo "[kind-e2e] FAILED: no Docker engine and none could be started (see above); this tier cannot run" >&2; exit 1; }
-  eval "$docker_env"
-  started_docker=true
-fi
+source hack/lib/docker.sh
+ensure_docker kind-e2e
 mkdir -p "$STATE"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 
@@ -48,7 +44,7 @@ cleanup() {
     log "cluster $CLUSTER kept: export KUBECONFIG=$KUBECONFIG_FILE"
   else
     "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
-    if $started_docker; then hack/docker.sh down; fi
+    release_docker
   fi
   exit "$rc"
 }
