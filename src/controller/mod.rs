@@ -441,14 +441,18 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
         // Render, then bring the support objects to the rendered state.
         let Rendered { services, config_maps, service_accounts, roles, role_bindings, pods: desired_pods, deployments } =
             render::render(pdd, &facts, &ctx.render)?;
-        // None depends on another (a RoleBinding may name a Role not yet there); pods come after,
-        // since admission refuses a pod whose ServiceAccount does not exist.
-        let (_, _, _, _, _, routers) = futures::try_join!(
+        // Sent together, except the RoleBinding after its Role: RBAC's escalation check reads the
+        // Role (NotFound if it is not there yet) unless the caller may bind any role. Pods come
+        // after all of them, since admission refuses a pod whose ServiceAccount does not exist.
+        let rbac = async {
+            ctx.ensure_applied(&ns, &roles).await?;
+            ctx.ensure_applied(&ns, &role_bindings).await
+        };
+        let (_, _, _, _, routers) = futures::try_join!(
             ctx.sync_children(&ctx.stores.services, &ns, &name, &uid, &services),
             ctx.sync_children(&ctx.stores.config_maps, &ns, &name, &uid, &config_maps),
             ctx.ensure_applied(&ns, &service_accounts),
-            ctx.ensure_applied(&ns, &roles),
-            ctx.ensure_applied(&ns, &role_bindings),
+            rbac,
             ctx.sync_children(&ctx.stores.deployments, &ns, &name, &uid, &deployments),
         )?;
         let router_ready =
