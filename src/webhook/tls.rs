@@ -205,6 +205,37 @@ async fn patch_ca_bundle(client: &Client, config: &str, ca_pem: &str) -> Result<
     Ok(())
 }
 
+/// Whether an API failure may pass by itself: no connection yet (a new node whose kube-proxy does
+/// not route the API Service), a timeout, an overloaded or restarting apiserver. A refusal
+/// (forbidden, invalid) will not, and is reported at once.
+fn transient(e: &TlsError) -> bool {
+    match e {
+        TlsError::Kube { source: kube::Error::Api(status), .. } => status.code == 429 || status.code >= 500,
+        TlsError::Kube { .. } => true,
+        _ => false,
+    }
+}
+
+/// Runs `step` until it succeeds or fails for good, backing off 1 s to 10 s between transient
+/// failures.
+async fn until_reachable<T, F, Fut>(mut step: F) -> Result<T, TlsError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, TlsError>>,
+{
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match step().await {
+            Err(e) if transient(&e) => {
+                tracing::warn!(error = %e, retry_in = ?delay, "webhook certificate: the API is not reachable yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Loads the first certificate and starts the task that keeps it current.
 pub async fn start(source: CertSource, client: Client) -> Result<Arc<CertStore>, TlsError> {
     match source {
@@ -231,9 +262,9 @@ pub async fn start(source: CertSource, client: Client) -> Result<Arc<CertStore>,
             Ok(store)
         }
         CertSource::SelfManaged { namespace, secret, webhook_config, dns_names, ips } => {
-            let bundle = ensure_secret(&client, &namespace, &secret, &dns_names, &ips).await?;
+            let bundle = until_reachable(|| ensure_secret(&client, &namespace, &secret, &dns_names, &ips)).await?;
             let store = CertStore::new(certified_key(bundle.cert_pem.as_bytes(), bundle.key_pem.as_bytes())?);
-            patch_ca_bundle(&client, &webhook_config, &bundle.ca_pem).await?;
+            until_reachable(|| patch_ca_bundle(&client, &webhook_config, &bundle.ca_pem)).await?;
             let s = store.clone();
             tokio::spawn(async move {
                 let mut current = bundle;
@@ -264,6 +295,17 @@ pub async fn start(source: CertSource, client: Client) -> Result<Arc<CertStore>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_failures_and_overload_are_retried_but_refusals_are_not() {
+        let api = |code: u16| TlsError::Kube {
+            what: "read webhook Secret".into(),
+            source: kube::Error::Api(Box::new(serde_json::from_value(serde_json::json!({"code": code})).unwrap())),
+        };
+        assert!(transient(&api(503)) && transient(&api(500)) && transient(&api(429)));
+        assert!(!transient(&api(403)) && !transient(&api(404)) && !transient(&api(422)));
+        assert!(!transient(&TlsError::Pem("no certificate".into())));
+    }
 
     #[test]
     fn generated_certificates_load_and_carry_the_sans() {
