@@ -163,6 +163,15 @@ impl Context {
         }
     }
 
+    /// Server-side apply of `obj` under the operator's one field manager, counted as a write.
+    async fn apply<K>(&self, api: &Api<K>, name: &str, obj: &K) -> Result<K, kube::Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        self.metrics.write("apply", K::plural(&()).as_ref());
+        api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await
+    }
+
     /// Applies each support object whose desired content changed, then deletes leftovers.
     async fn sync_children<K>(&self, store: &Store<K>, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
     where
@@ -186,15 +195,7 @@ impl Context {
             current.push(None);
             changed.push((current.len() - 1, wname, want));
         }
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let applies = changed.iter().map(|(_, wname, want)| {
-            let (api, params) = (&api, &params);
-            async move {
-                self.metrics.write("apply", K::plural(&()).as_ref());
-                api.patch(wname, params, &Patch::Apply(want)).await
-            }
-        });
-        let applied = futures::future::try_join_all(applies).await?;
+        let applied = futures::future::try_join_all(changed.iter().map(|(_, wname, want)| self.apply(&api, wname, want))).await?;
         for ((slot, _, _), obj) in changed.iter().zip(applied) {
             current[*slot] = Some(obj);
         }
@@ -229,14 +230,7 @@ impl Context {
                 .filter(|(key, hash, _)| !map.get(key).is_some_and(|(h, at)| h == hash && at.elapsed() < RESYNC))
                 .collect()
         };
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let applies = stale.iter().map(|(_, _, want)| {
-            let (api, params) = (&api, &params);
-            async move {
-                self.metrics.write("apply", K::plural(&()).as_ref());
-                api.patch(want.meta().name.as_deref().unwrap_or_default(), params, &Patch::Apply(*want)).await
-            }
-        });
+        let applies = stale.iter().map(|(_, _, want)| self.apply(&api, want.meta().name.as_deref().unwrap_or_default(), *want));
         futures::future::try_join_all(applies).await?;
         let mut map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
         for (key, hash, _) in stale {
@@ -498,16 +492,14 @@ async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>
             }
         }
         // Every missing pod at once: the instances of a new PDDeployment are independent.
-        let params = PatchParams::apply(FIELD_MANAGER).force();
         let applies = plan.creates.iter().enumerate().flat_map(|(group_index, (_, _, group))| {
             group.iter().map(move |pod| (group_index, pod.metadata.name.clone().unwrap_or_default(), pod))
         });
         // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
         let applies = applies.filter(|(_, pname, _)| !ctx.expecting(&ns, pname)).map(|(group_index, pname, pod)| {
-            let (pods_api, params, ctx, ns) = (&pods_api, &params, &ctx, &ns);
+            let (pods_api, ctx, ns) = (&pods_api, &ctx, &ns);
             async move {
-                ctx.metrics.write("apply", "pods");
-                let applied = pods_api.patch(&pname, params, &Patch::Apply(pod)).await?;
+                let applied = ctx.apply(pods_api, &pname, pod).await?;
                 if applied.metadata.deletion_timestamp.is_some() {
                     // The name still belongs to a pod on its way out (the cache had not shown it):
                     // the apply only touched that pod. Once it is gone, a later pass creates anew.
