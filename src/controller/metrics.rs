@@ -84,8 +84,17 @@ impl Metrics {
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
-    /// True once the webhook listens (or when it is disabled).
-    pub webhook: Arc<AtomicBool>,
+    /// The webhook's readiness; None when it is disabled.
+    pub webhook: Option<Arc<crate::webhook::Health>>,
+    /// Whether the watch caches still follow the apiserver.
+    pub liveness: Arc<super::watchdog::Liveness>,
+}
+
+async fn livez(State(s): State<AdminState>) -> impl IntoResponse {
+    match s.liveness.stalled() {
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        None => (StatusCode::OK, "ok".to_owned()),
+    }
 }
 
 async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
@@ -93,10 +102,12 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) && s.webhook.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    if !s.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting");
+    }
+    match s.webhook.as_ref().map(|w| w.ready()) {
+        Some(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        _ => (StatusCode::OK, "ok"),
     }
 }
 
@@ -105,11 +116,7 @@ pub async fn serve(
     state: AdminState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = Router::new()
-        .route("/livez", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(state);
+    let app = Router::new().route("/livez", get(livez)).route("/readyz", get(readyz)).route("/metrics", get(metrics)).with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "admin server listening (/livez, /readyz, /metrics)");
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await

@@ -4,6 +4,7 @@ pub mod leader;
 pub mod metrics;
 pub mod plan;
 pub mod status;
+pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -588,6 +589,63 @@ fn slim_pod(p: &mut Pod) {
     }
 }
 
+/// `managed-by=pd-operator`: the label every child carries and every child watch selects.
+fn managed_selector() -> String {
+    format!("{MANAGED_BY}={OPERATOR}")
+}
+
+/// An API for `K` in the watched namespace, or in all namespaces.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Every `watchdog::CHECK_EVERY`, compares each watch cache with a metadata list of the same
+/// scope, and reports a watch that stopped delivering to `/livez`.
+async fn watch_the_watches(
+    client: Client,
+    namespace: Option<String>,
+    pdds: Store<DeserializeGuard<PDDeployment>>,
+    stores: ChildStores,
+    liveness: Arc<watchdog::Liveness>,
+) {
+    let mut tracker = watchdog::Tracker::default();
+    let selector = managed_selector();
+    let (ns, managed) = (namespace.as_deref(), Some(selector.as_str()));
+    loop {
+        tokio::time::sleep(watchdog::CHECK_EVERY).await;
+        let checks = futures::future::try_join5(
+            watchdog::check(scoped(&client, ns), None, &pdds),
+            watchdog::check(scoped(&client, ns), managed, &stores.pods),
+            watchdog::check(scoped(&client, ns), managed, &stores.services),
+            watchdog::check(scoped(&client, ns), managed, &stores.config_maps),
+            watchdog::check(scoped(&client, ns), managed, &stores.deployments),
+        );
+        match checks.await {
+            Ok((p, pods, services, config_maps, deployments)) => {
+                let now = Instant::now();
+                let kinds = [
+                    ("pddeployments", p),
+                    ("pods", pods),
+                    ("services", services),
+                    ("configmaps", config_maps),
+                    ("deployments", deployments),
+                ];
+                for (kind, divergent) in kinds {
+                    tracker.observe(kind, divergent, now);
+                }
+                liveness.set(tracker.stalled(now));
+            }
+            Err(e) => tracing::debug!(error = %e, "the apiserver did not answer the watchdog's lists; nothing judged"),
+        }
+    }
+}
+
 /// Runs the controller until SIGTERM/SIGINT, or until leadership is lost.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
@@ -611,15 +669,16 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         }
     });
     // Ready once the controller has started (or waits as a standby) and the webhook, if any, listens.
-    let webhook_listening = Arc::new(AtomicBool::new(settings.webhook.is_none()));
-    let admin_state = AdminState { metrics: metrics.clone(), ready: ready.clone(), webhook: webhook_listening.clone() };
+    let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
+    let liveness = Arc::new(watchdog::Liveness::default());
+    let admin_state =
+        AdminState { metrics: metrics.clone(), ready: ready.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stopped()));
     // The webhook serves on every replica, leader or not, and outlives reconcile restarts.
-    if let Some(wh) = settings.webhook.clone() {
-        let (client, metrics, tx, done, listening) =
-            (client.clone(), metrics.clone(), stop_tx.clone(), stopped(), webhook_listening.clone());
+    if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
+        let (client, metrics, tx, done) = (client.clone(), metrics.clone(), stop_tx.clone(), stopped());
         tokio::spawn(async move {
-            if let Err(e) = crate::webhook::serve(client, wh, metrics, listening, done).await {
+            if let Err(e) = crate::webhook::serve(client, wh, metrics, health, done).await {
                 tracing::error!(error = %e, "the admission webhook could not start; stopping");
                 let _ = tx.send(true);
             }
@@ -642,27 +701,13 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         });
     }
 
-    let guarded: Api<DeserializeGuard<PDDeployment>> = match &settings.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY}={OPERATOR}"));
-    let child_api = |c: &Client| -> (Api<Pod>, Api<Service>, Api<ConfigMap>, Api<Deployment>) {
-        match &settings.namespace {
-            Some(ns) => (
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-            ),
-            None => (Api::all(c.clone()), Api::all(c.clone()), Api::all(c.clone()), Api::all(c.clone())),
-        }
-    };
-    let (pods, services, config_maps, deployments) = child_api(&client);
-    let (pod_store, pod_events) = cached(pods, managed.clone(), slim_pod);
-    let (service_store, service_events) = cached(services, managed.clone(), |_| {});
-    let (config_map_store, config_map_events) = cached(config_maps, managed.clone(), |_| {});
-    let (deployment_store, deployment_events) = cached(deployments, managed, |d: &mut Deployment| d.spec.template = Default::default());
+    let ns = settings.namespace.as_deref();
+    let managed = watcher::Config::default().labels(&managed_selector());
+    let (pod_store, pod_events) = cached(scoped(&client, ns), managed.clone(), slim_pod);
+    let (service_store, service_events) = cached(scoped(&client, ns), managed.clone(), |_| {});
+    let (config_map_store, config_map_events) = cached(scoped(&client, ns), managed.clone(), |_| {});
+    let (deployment_store, deployment_events) =
+        cached(scoped(&client, ns), managed, |d: &mut Deployment| d.spec.template = Default::default());
     let stores = ChildStores { pods: pod_store, services: service_store, config_maps: config_map_store, deployments: deployment_store };
     let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
     let ctx = Arc::new(Context {
@@ -672,13 +717,13 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         metrics: metrics.clone(),
         backoff: Mutex::new(HashMap::new()),
         applied: Mutex::new(HashMap::new()),
-        stores,
+        stores: stores.clone(),
         status_written: Mutex::new(HashMap::new()),
         expected_pods: Mutex::new(HashMap::new()),
     });
     ready.store(true, Ordering::Relaxed);
     info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");
-    let controller = Controller::new(guarded, watcher::Config::default().any_semantic())
+    let controller = Controller::new(scoped::<DeserializeGuard<PDDeployment>>(&client, ns), watcher::Config::default().any_semantic())
         .owns_stream(pod_events)
         .owns_stream(service_events)
         .owns_stream(config_map_events)
@@ -687,6 +732,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(stopped());
     let store = controller.store();
+    let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), store.clone(), stores, liveness));
     let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {
         metrics.managed.set(store.state().len() as i64);
         async move {
@@ -707,6 +753,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         _ = controller => {},
         _ = deadline => warn!(grace = ?SHUTDOWN_GRACE, "reconciles did not drain in time; stopping anyway"),
     }
+    watchdog.abort();
     let _ = stop_tx.send(true);
     if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
         warn!("the admin server did not close its connections in time");

@@ -6,6 +6,7 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -122,20 +123,40 @@ pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>)
     Router::new().route("/validate", post(validate)).route("/healthz", get(|| async { "ok" })).with_state(AppState { client, metrics })
 }
 
+/// Whether this replica's webhook should receive admission reviews: it listens, and the
+/// apiserver's registration trusts the certificate it serves.
+#[derive(Debug, Default)]
+pub struct Health {
+    pub listening: Arc<AtomicBool>,
+    pub trusted: Arc<AtomicBool>,
+}
+
+impl Health {
+    pub fn ready(&self) -> Result<(), &'static str> {
+        if !self.listening.load(Ordering::Relaxed) {
+            return Err("the webhook does not listen yet");
+        }
+        if !self.trusted.load(Ordering::Relaxed) {
+            return Err("the webhook registration's caBundle does not trust the served certificate yet");
+        }
+        Ok(())
+    }
+}
+
 /// Serves until `shutdown` resolves.
 pub async fn serve(
     client: Client,
     settings: WebhookSettings,
     metrics: Arc<crate::controller::metrics::Metrics>,
-    listening: Arc<std::sync::atomic::AtomicBool>,
+    health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), WebhookError> {
-    let store = tls::start(settings.certs.clone(), client.clone()).await?;
+    let store = tls::start(settings.certs.clone(), client.clone(), health.trusted.clone()).await?;
     let acceptor = TlsAcceptor::from(tls::server_config(store)?);
     let listener =
         tokio::net::TcpListener::bind(settings.addr).await.map_err(|source| WebhookError::Bind { addr: settings.addr, source })?;
     info!(addr = %settings.addr, "webhook listening (POST /validate)");
-    listening.store(true, std::sync::atomic::Ordering::Relaxed);
+    health.listening.store(true, Ordering::Relaxed);
     let app = router(client, metrics);
     tokio::pin!(shutdown);
     loop {

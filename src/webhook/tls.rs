@@ -4,13 +4,14 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use rustls::crypto::ring::sign::any_supported_type;
 use rustls::pki_types::pem::PemObject;
@@ -33,6 +34,8 @@ pub enum TlsError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("Kubernetes API ({what}): {source}")]
     Kube { what: String, source: kube::Error },
+    #[error("the webhook Secret {0} kept changing under this replica; will read it again")]
+    Contended(String),
 }
 
 pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
@@ -140,6 +143,12 @@ fn load_files(dir: &std::path::Path) -> Result<CertifiedKey, TlsError> {
 }
 
 const EXPIRY_ANNOTATION: &str = "pd.inference.dev/not-after";
+/// Attempts at writing the Secret when other replicas keep writing it first.
+const SECRET_WRITE_ATTEMPTS: usize = 5;
+/// How often the keeper re-reads the Secret and the registration, and how soon it tries again
+/// while the apiserver does not trust what this replica serves yet.
+const RESYNC: Duration = Duration::from_secs(30);
+const RETRY_UNTRUSTED: Duration = Duration::from_secs(2);
 
 fn secret_bundle(s: &Secret) -> Option<Generated> {
     let d = s.data.as_ref()?;
@@ -156,37 +165,90 @@ fn kube_err(what: &str) -> impl FnOnce(kube::Error) -> TlsError + '_ {
     move |source| TlsError::Kube { what: what.into(), source }
 }
 
-/// Returns a valid bundle from the Secret, generating (and storing) a new one when it is
-/// missing or close to expiry.
-async fn ensure_secret(client: &Client, ns: &str, name: &str, dns: &[String], ips: &[IpAddr]) -> Result<Generated, TlsError> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let existing = api.get_opt(name).await.map_err(kube_err("read webhook Secret"))?;
-    let now = jiff::Timestamp::now().as_second();
-    if let Some(bundle) = existing.as_ref().and_then(secret_bundle).filter(|b| b.not_after - now > RENEW_BEFORE) {
-        return Ok(bundle);
-    }
-    let fresh = generate(dns, ips)?;
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": name, "namespace": ns, "annotations": {EXPIRY_ANNOTATION: fresh.not_after.to_string()},
-                     "labels": {"app.kubernetes.io/managed-by": "pd-operator"}},
-        "data": {
-            "ca.crt": ByteString(fresh.ca_pem.clone().into_bytes()),
-            "tls.crt": ByteString(fresh.cert_pem.clone().into_bytes()),
-            "tls.key": ByteString(fresh.key_pem.clone().into_bytes()),
-        }
-    });
-    api.patch(name, &PatchParams::apply("pd-operator").force(), &Patch::Apply(&secret)).await.map_err(kube_err("write webhook Secret"))?;
-    tracing::info!(secret = %format!("{ns}/{name}"), "generated a new webhook CA and serving certificate");
-    Ok(fresh)
+/// The certificates of a PEM bundle, in order (unparsable blocks are skipped).
+fn pem_certs(pem: &[u8]) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_slice_iter(pem).filter_map(Result::ok).collect()
 }
 
-/// Writes the CA into every webhook of the configuration whose caBundle differs.
-async fn patch_ca_bundle(client: &Client, config: &str, ca_pem: &str) -> Result<(), TlsError> {
+/// The first PEM certificate block of `pem`, as text.
+fn first_pem_block(pem: &str) -> Option<&str> {
+    const END: &str = "-----END CERTIFICATE-----";
+    let start = pem.find("-----BEGIN CERTIFICATE-----")?;
+    let end = pem[start..].find(END)? + start + END.len();
+    Some(&pem[start..end])
+}
+
+/// A freshly generated bundle whose `ca.crt` also carries the CA it replaces, so a replica still
+/// serving the old certificate stays trusted until it loads the new one.
+fn with_previous_ca(mut fresh: Generated, previous: Option<&Generated>) -> Generated {
+    if let Some(old_ca) = previous.and_then(|p| first_pem_block(&p.ca_pem)) {
+        if !fresh.ca_pem.ends_with('\n') {
+            fresh.ca_pem.push('\n');
+        }
+        fresh.ca_pem.push_str(old_ca);
+        fresh.ca_pem.push('\n');
+    }
+    fresh
+}
+
+fn secret_object(ns: &str, name: &str, bundle: &Generated, resource_version: Option<String>) -> Secret {
+    let data = [("ca.crt", &bundle.ca_pem), ("tls.crt", &bundle.cert_pem), ("tls.key", &bundle.key_pem)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), ByteString(v.clone().into_bytes())))
+        .collect();
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            resource_version,
+            annotations: Some([(EXPIRY_ANNOTATION.to_owned(), bundle.not_after.to_string())].into()),
+            labels: Some([("app.kubernetes.io/managed-by".to_owned(), "pd-operator".to_owned())].into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// Returns the valid bundle in the Secret. When it is missing or close to expiry, a new one is
+/// written with a precondition (create if absent; replace at the read resourceVersion), so of
+/// replicas racing only one write lands: the others get 409 and load the winner's Secret.
+async fn ensure_secret(client: &Client, ns: &str, name: &str, dns: &[String], ips: &[IpAddr]) -> Result<Generated, TlsError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    for _ in 0..SECRET_WRITE_ATTEMPTS {
+        let existing = api.get_opt(name).await.map_err(kube_err("read webhook Secret"))?;
+        let current = existing.as_ref().and_then(secret_bundle);
+        let now = jiff::Timestamp::now().as_second();
+        if let Some(bundle) = current.as_ref().filter(|b| b.not_after - now > RENEW_BEFORE) {
+            return Ok(bundle.clone());
+        }
+        let fresh = with_previous_ca(generate(dns, ips)?, current.as_ref());
+        let written = match existing {
+            None => api.create(&PostParams::default(), &secret_object(ns, name, &fresh, None)).await,
+            Some(old) => api.replace(name, &PostParams::default(), &secret_object(ns, name, &fresh, old.metadata.resource_version)).await,
+        };
+        match written {
+            Ok(_) => {
+                tracing::info!(secret = %format!("{ns}/{name}"), "generated a new webhook CA and serving certificate");
+                return Ok(fresh);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::info!(secret = %format!("{ns}/{name}"), "another replica wrote the webhook Secret first; loading it");
+            }
+            Err(e) => return Err(kube_err("write webhook Secret")(e)),
+        }
+    }
+    Err(TlsError::Contended(format!("{ns}/{name}")))
+}
+
+/// Makes every webhook of the configuration carry exactly `ca_pem`; returns the CA bundles the
+/// registration holds afterwards (empty when the configuration does not exist yet).
+async fn patch_ca_bundle(client: &Client, config: &str, ca_pem: &str) -> Result<Vec<Vec<u8>>, TlsError> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let Some(vwc) = api.get_opt(config).await.map_err(kube_err("read ValidatingWebhookConfiguration"))? else {
         tracing::warn!(config, "ValidatingWebhookConfiguration not found; caBundle not patched yet");
-        return Ok(());
+        return Ok(Vec::new());
     };
     let ca = ByteString(ca_pem.as_bytes().to_vec());
     let mut webhooks = vwc.webhooks.clone().unwrap_or_default();
@@ -202,7 +264,14 @@ async fn patch_ca_bundle(client: &Client, config: &str, ca_pem: &str) -> Result<
         api.patch(config, &PatchParams::default(), &Patch::Strategic(&patch)).await.map_err(kube_err("patch caBundle"))?;
         tracing::info!(config, "patched the webhook CA bundle");
     }
-    Ok(())
+    Ok(webhooks.iter().map(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()).unwrap_or_default()).collect())
+}
+
+/// Whether every registered CA bundle holds the CA that signed `bundle`'s serving certificate
+/// (the first certificate of its `ca.crt`), i.e. the apiserver will accept what this replica serves.
+fn trusted_by(registered: &[Vec<u8>], bundle: &Generated) -> bool {
+    let Some(signer) = pem_certs(bundle.ca_pem.as_bytes()).into_iter().next() else { return false };
+    !registered.is_empty() && registered.iter().all(|ca| pem_certs(ca).contains(&signer))
 }
 
 /// Whether an API failure may pass by itself: no connection yet (a new node whose kube-proxy does
@@ -211,7 +280,7 @@ async fn patch_ca_bundle(client: &Client, config: &str, ca_pem: &str) -> Result<
 fn transient(e: &TlsError) -> bool {
     match e {
         TlsError::Kube { source: kube::Error::Api(status), .. } => status.code == 429 || status.code >= 500,
-        TlsError::Kube { .. } => true,
+        TlsError::Kube { .. } | TlsError::Contended(_) => true,
         _ => false,
     }
 }
@@ -236,57 +305,89 @@ where
     }
 }
 
-/// Loads the first certificate and starts the task that keeps it current.
-pub async fn start(source: CertSource, client: Client) -> Result<Arc<CertStore>, TlsError> {
+/// Where the operator keeps its own CA and serving certificate.
+struct SelfManaged {
+    client: Client,
+    namespace: String,
+    secret: String,
+    webhook_config: String,
+    dns_names: Vec<String>,
+    ips: Vec<IpAddr>,
+}
+
+impl SelfManaged {
+    async fn secret(&self) -> Result<Generated, TlsError> {
+        ensure_secret(&self.client, &self.namespace, &self.secret, &self.dns_names, &self.ips).await
+    }
+
+    /// One pass: load the Secret (rotated by whichever replica got there first), serve its
+    /// certificate, register its CA, and report whether the registration trusts what is served.
+    async fn sync(&self, store: &CertStore, served: &mut Generated) -> Result<bool, TlsError> {
+        let bundle = self.secret().await?;
+        if bundle.cert_pem != served.cert_pem {
+            store.swap(certified_key(bundle.cert_pem.as_bytes(), bundle.key_pem.as_bytes())?);
+            tracing::info!(secret = %self.secret, "serving the webhook certificate from the Secret");
+            *served = bundle;
+        }
+        let registered = patch_ca_bundle(&self.client, &self.webhook_config, &served.ca_pem).await?;
+        Ok(trusted_by(&registered, served))
+    }
+
+    /// Keeps the served certificate and the registration in step with the Secret, and `trusted`
+    /// true only while the apiserver trusts what this replica serves.
+    async fn keep(self, store: Arc<CertStore>, mut served: Generated, trusted: Arc<AtomicBool>) {
+        loop {
+            let ok = match self.sync(&store, &mut served).await {
+                Ok(ok) => ok,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not check the webhook certificate");
+                    trusted.load(Ordering::Relaxed)
+                }
+            };
+            if ok != trusted.swap(ok, Ordering::Relaxed) {
+                tracing::info!(trusted = ok, "the registration's CA bundle and the served certificate agree: {ok}");
+            }
+            tokio::time::sleep(if ok { RESYNC } else { RETRY_UNTRUSTED }).await;
+        }
+    }
+}
+
+fn watch_files(dir: PathBuf, store: Arc<CertStore>) {
+    tokio::spawn(async move {
+        let mut seen = file_state(&dir);
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let now = file_state(&dir);
+            if now != seen {
+                match load_files(&dir) {
+                    Ok(k) => {
+                        store.swap(k);
+                        seen = now;
+                        tracing::info!(dir = %dir.display(), "reloaded the webhook certificate");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "webhook certificate files changed but do not load; keeping the old one"),
+                }
+            }
+        }
+    });
+}
+
+/// Loads the first certificate and starts the task that keeps it current. `trusted` turns true
+/// once the apiserver's registration trusts the served certificate (at once for certificates
+/// from files: cert-manager's CA injector owns the registration then).
+pub async fn start(source: CertSource, client: Client, trusted: Arc<AtomicBool>) -> Result<Arc<CertStore>, TlsError> {
     match source {
         CertSource::Files { dir } => {
             let store = CertStore::new(load_files(&dir)?);
-            let s = store.clone();
-            tokio::spawn(async move {
-                let mut seen = file_state(&dir);
-                loop {
-                    tokio::time::sleep(Duration::from_secs(10)).await;
-                    let now = file_state(&dir);
-                    if now != seen {
-                        match load_files(&dir) {
-                            Ok(k) => {
-                                s.swap(k);
-                                seen = now;
-                                tracing::info!(dir = %dir.display(), "reloaded the webhook certificate");
-                            }
-                            Err(e) => tracing::warn!(error = %e, "webhook certificate files changed but do not load; keeping the old one"),
-                        }
-                    }
-                }
-            });
+            watch_files(dir, store.clone());
+            trusted.store(true, Ordering::Relaxed);
             Ok(store)
         }
         CertSource::SelfManaged { namespace, secret, webhook_config, dns_names, ips } => {
-            let bundle = until_reachable(|| ensure_secret(&client, &namespace, &secret, &dns_names, &ips)).await?;
+            let keeper = SelfManaged { client, namespace, secret, webhook_config, dns_names, ips };
+            let bundle = until_reachable(|| keeper.secret()).await?;
             let store = CertStore::new(certified_key(bundle.cert_pem.as_bytes(), bundle.key_pem.as_bytes())?);
-            until_reachable(|| patch_ca_bundle(&client, &webhook_config, &bundle.ca_pem)).await?;
-            let s = store.clone();
-            tokio::spawn(async move {
-                let mut current = bundle;
-                loop {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    match ensure_secret(&client, &namespace, &secret, &dns_names, &ips).await {
-                        Ok(b) => {
-                            if b.cert_pem != current.cert_pem {
-                                match certified_key(b.cert_pem.as_bytes(), b.key_pem.as_bytes()) {
-                                    Ok(k) => s.swap(k),
-                                    Err(e) => tracing::warn!(error = %e, "rotated certificate does not load"),
-                                }
-                            }
-                            if let Err(e) = patch_ca_bundle(&client, &webhook_config, &b.ca_pem).await {
-                                tracing::warn!(error = %e, "could not patch the webhook CA bundle");
-                            }
-                            current = b;
-                        }
-                        Err(e) => tracing::warn!(error = %e, "could not check the webhook certificate"),
-                    }
-                }
-            });
+            tokio::spawn(keeper.keep(store.clone(), bundle, trusted));
             Ok(store)
         }
     }
@@ -315,5 +416,29 @@ mod tests {
         assert_eq!(key.cert.len(), 1);
         assert!(g.not_after > jiff::Timestamp::now().as_second() + 300 * 86400);
         assert!(matches!(certified_key(b"nope", g.key_pem.as_bytes()), Err(TlsError::Pem(_))));
+    }
+
+    #[test]
+    fn a_rotated_bundle_keeps_the_previous_ca_so_both_certificates_are_trusted() {
+        let old = generate(&["w.ns.svc".into()], &[]).unwrap();
+        let new = with_previous_ca(generate(&["w.ns.svc".into()], &[]).unwrap(), Some(&old));
+        assert_eq!(pem_certs(new.ca_pem.as_bytes()).len(), 2, "{}", new.ca_pem);
+        let registered = vec![new.ca_pem.clone().into_bytes()];
+        assert!(trusted_by(&registered, &new), "the new certificate chains to the first CA");
+        assert!(trusted_by(&registered, &old), "a replica still serving the old certificate stays trusted");
+        // Rotating again carries only the newest previous CA: the bundle does not grow.
+        let newer = with_previous_ca(generate(&["w.ns.svc".into()], &[]).unwrap(), Some(&new));
+        assert_eq!(pem_certs(newer.ca_pem.as_bytes()).len(), 2);
+        assert!(!trusted_by(&[newer.ca_pem.clone().into_bytes()], &old));
+    }
+
+    #[test]
+    fn a_registration_without_the_signing_ca_or_without_webhooks_is_not_trusted() {
+        let mine = generate(&["w.ns.svc".into()], &[]).unwrap();
+        let theirs = generate(&["w.ns.svc".into()], &[]).unwrap();
+        assert!(!trusted_by(&[theirs.ca_pem.clone().into_bytes()], &mine), "another replica's CA");
+        assert!(!trusted_by(&[], &mine), "no registration (yet)");
+        assert!(!trusted_by(&[mine.ca_pem.clone().into_bytes(), theirs.ca_pem.into_bytes()], &mine), "one webhook of two lacks it");
+        assert!(trusted_by(&[mine.ca_pem.clone().into_bytes()], &mine));
     }
 }
