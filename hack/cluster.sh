@@ -5,6 +5,8 @@
 #   hack/cluster.sh up     start (state in $PD_CLUSTER_DIR, default .cluster/); last line: export KUBECONFIG=...
 #   hack/cluster.sh down   stop exactly the processes `up` started and remove the state dir
 #   hack/cluster.sh env    print the export line of a running cluster
+#   hack/cluster.sh kill NAME     SIGKILL one component (etcd, kube-apiserver, ...), as a crash would
+#   hack/cluster.sh restart NAME  start a killed component again with the flags `up` gave it
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +30,9 @@ wait_for() { # description, timeout seconds, command...
 
 start() { # name, command...
   local name=$1; shift
-  "$@" >"$STATE/logs/$name.log" 2>&1 &
+  mkdir -p "$STATE/cmds"
+  printf '%q ' "$@" >"$STATE/cmds/$name"
+  "$@" >>"$STATE/logs/$name.log" 2>&1 &
   echo $! >"$STATE/pids/$name"
 }
 
@@ -164,8 +168,39 @@ down() {
   log "stopped and removed $STATE"
 }
 
+component() { # name: checks that `up` started it
+  [ -n "${1:-}" ] && [ -f "$STATE/cmds/$1" ] || die "no component '${1:-}' in $STATE (one of: $(ls "$STATE/cmds" 2>/dev/null | tr '\n' ' '))"
+}
+
+kill_component() {
+  component "$1"
+  local pid; pid=$(cat "$STATE/pids/$1")
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  log "$1 (pid $pid) killed"
+}
+
+restart_component() {
+  component "$1"
+  local pid; pid=$(cat "$STATE/pids/$1")
+  kill -0 "$pid" 2>/dev/null && die "$1 still runs (pid $pid); kill it first"
+  BIN=$(cat "$STATE/bin"); export PATH="$BIN:$PATH" KUBECONFIG="$STATE/kubeconfig"
+  eval "start $1 $(cat "$STATE/cmds/$1")"
+  case "$1" in
+    etcd) wait_for "etcd" 30 etcdctl_health ;;
+    kube-apiserver) wait_for "kube-apiserver /readyz" 90 kubectl get --raw /readyz ;;
+    *) sleep 1 ;;
+  esac || { check_alive "$1"; die "$1 did not come back"; }
+  check_alive "$1"
+  log "$1 restarted (pid $(cat "$STATE/pids/$1"))"
+}
+
+etcdctl_health() { curl -sf "$(grep -o 'http://127.0.0.1:[0-9]*' "$STATE/cmds/etcd" | head -n 1)/health"; }
+
 case "${1:-}" in
   up) up ;;
+  kill) kill_component "${2:-}" ;;
+  restart) restart_component "${2:-}" ;;
   down) down ;;
   env) [ -f "$STATE/kubeconfig" ] && echo "export KUBECONFIG=$STATE/kubeconfig" || die "no cluster in $STATE" ;;
   *) echo "usage: $0 up|down|env" >&2; exit 2 ;;

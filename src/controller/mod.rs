@@ -21,12 +21,14 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::api::PDDeployment;
@@ -50,6 +52,9 @@ const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Each watch retries after an error within these bounds (jittered, doubling).
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(8);
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -156,6 +161,21 @@ fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
 }
 
 impl Context {
+    fn new(client: Client, settings: &Settings, metrics: Arc<Metrics>, stores: ChildStores) -> Self {
+        let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            render: settings.render.clone(),
+            metrics,
+            backoff: Mutex::default(),
+            applied: Mutex::default(),
+            stores,
+            status_written: Mutex::default(),
+            expected_pods: Mutex::default(),
+        }
+    }
+
     async fn event(&self, pdd: &PDDeployment, type_: EventType, reason: &str, action: &str, note: String) {
         let ev =
             Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary: None };
@@ -561,6 +581,33 @@ fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc
     Action::requeue(Duration::from_secs(5))
 }
 
+/// How each watch retries after an error: on its own, briefly. After an apiserver restart every
+/// watch answers 410 Gone and re-lists; a backoff shared by all of them (kube-runtime's default
+/// trigger backoff) paused every watch for each one's error, for up to 30 s a time, and stalled
+/// reconciling for minutes.
+fn watch_backoff() -> impl Backoff {
+    let retry = backon::ExponentialBuilder::default()
+        .with_min_delay(WATCH_RETRY_MIN)
+        .with_max_delay(WATCH_RETRY_MAX)
+        .with_jitter()
+        .without_max_times();
+    watcher::ExponentialBackoff::from(retry)
+}
+
+/// The merged trigger stream's backoff: none, since every watch already backs off on its own.
+struct NoSharedBackoff;
+
+impl Iterator for NoSharedBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl Backoff for NoSharedBackoff {
+    fn reset(&mut self) {}
+}
+
 /// A watch of `api` that keeps a cache of what it sees, and the stream that triggers reconciles.
 /// Managed fields are dropped (most of an object's bytes, never read here), and `slim` drops
 /// whatever else of `K` reconciles do not read.
@@ -573,7 +620,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let events = watcher(api, config).default_backoff().modify(move |o: &mut K| {
+    let events = watcher(api, config).backoff(watch_backoff()).modify(move |o: &mut K| {
         o.meta_mut().managed_fields = None;
         slim(o);
     });
@@ -646,120 +693,123 @@ async fn watch_the_watches(
     }
 }
 
-/// Runs the controller until SIGTERM/SIGINT, or until leadership is lost.
+/// Runs the controller until SIGTERM/SIGINT. With leader election it reconciles only while it
+/// holds the lease; a replica that loses it (the apiserver unreachable past the renew deadline,
+/// or another replica took over) stops reconciling, drops its caches and stands by again, while
+/// its webhook keeps serving.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = {
-        let rx = stop_rx.clone();
-        move || {
-            let mut rx = rx.clone();
-            async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }
-        }
-    };
+    let stop = CancellationToken::new();
     tokio::spawn({
-        let tx = stop_tx.clone();
+        let stop = stop.clone();
         async move {
             crate::shutdown::signal().await;
             info!("shutdown signal received");
-            let _ = tx.send(true);
+            stop.cancel();
         }
     });
-    // Ready once the controller has started (or waits as a standby) and the webhook, if any, listens.
-    let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
     let liveness = Arc::new(watchdog::Liveness::default());
+    let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
     let admin_state =
         AdminState { metrics: metrics.clone(), ready: ready.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
-    let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stopped()));
-    // The webhook serves on every replica, leader or not, and outlives reconcile restarts.
+    let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
+    // The webhook serves on every replica, leader or not, and outlives reconcile terms.
     if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
-        let (client, metrics, tx, done) = (client.clone(), metrics.clone(), stop_tx.clone(), stopped());
+        let (client, metrics, stop) = (client.clone(), metrics.clone(), stop.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::webhook::serve(client, wh, metrics, health, done).await {
+            if let Err(e) = crate::webhook::serve(client, wh, metrics, health, stop.clone().cancelled_owned()).await {
                 tracing::error!(error = %e, "the admission webhook could not start; stopping");
-                let _ = tx.send(true);
+                stop.cancel();
             }
         });
     }
-
-    if let Some(le) = &settings.leader_election {
-        let elector = leader::LeaderElector::new(client.clone(), &le.namespace, &le.lease, &le.identity, Duration::from_secs(15));
-        ready.store(true, Ordering::Relaxed);
-        tokio::select! {
-            r = elector.acquire() => r?,
-            _ = stopped() => return Ok(()),
+    ready.store(true, Ordering::Relaxed);
+    while !stop.is_cancelled() {
+        let term = stop.child_token();
+        if let Some(le) = &settings.leader_election {
+            let elector = leader::LeaderElector::new(client.clone(), &le.namespace, &le.lease, &le.identity, LEASE_DURATION);
+            tokio::select! {
+                r = elector.acquire() => r?,
+                _ = stop.cancelled() => break,
+            }
+            metrics.leader.set(1);
+            tokio::spawn(hold_lease(elector, term.clone()));
         }
-        metrics.leader.set(1);
-        let tx = stop_tx.clone();
-        tokio::spawn(async move {
-            let why = elector.hold().await;
-            tracing::error!(error = %why, "leadership lost; stopping");
-            let _ = tx.send(true);
-        });
+        reconcile_term(&client, &settings, metrics.clone(), liveness.clone(), term).await;
+        metrics.leader.set(0);
+        liveness.set(None);
     }
+    if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
+        warn!("the admin server did not close its connections in time");
+    }
+    info!("controller stopped");
+    Ok(())
+}
 
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Renews the lease until the term ends; ends the term when leadership is lost.
+async fn hold_lease(elector: leader::LeaderElector, term: CancellationToken) {
+    tokio::select! {
+        why = elector.hold() => {
+            tracing::error!(error = %why, "leadership lost; reconciling stops until this replica leads again");
+            term.cancel();
+        }
+        _ = term.cancelled() => {}
+    }
+}
+
+/// One term of reconciling: fresh caches and per-object memory, until `term` is cancelled (a stop
+/// request or a lost lease); then in-flight reconciles get `SHUTDOWN_GRACE` to finish.
+async fn reconcile_term(
+    client: &Client,
+    settings: &Settings,
+    metrics: Arc<Metrics>,
+    liveness: Arc<watchdog::Liveness>,
+    term: CancellationToken,
+) {
     let ns = settings.namespace.as_deref();
     let managed = watcher::Config::default().labels(&managed_selector());
-    let (pod_store, pod_events) = cached(scoped(&client, ns), managed.clone(), slim_pod);
-    let (service_store, service_events) = cached(scoped(&client, ns), managed.clone(), |_| {});
-    let (config_map_store, config_map_events) = cached(scoped(&client, ns), managed.clone(), |_| {});
+    let (pod_store, pod_events) = cached(scoped(client, ns), managed.clone(), slim_pod);
+    let (service_store, service_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (config_map_store, config_map_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (deployment_store, deployment_events) =
-        cached(scoped(&client, ns), managed, |d: &mut Deployment| d.spec.template = Default::default());
+        cached(scoped(client, ns), managed, |d: &mut Deployment| d.spec.template = Default::default());
     let stores = ChildStores { pods: pod_store, services: service_store, config_maps: config_map_store, deployments: deployment_store };
-    let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        render: settings.render.clone(),
-        metrics: metrics.clone(),
-        backoff: Mutex::new(HashMap::new()),
-        applied: Mutex::new(HashMap::new()),
-        stores: stores.clone(),
-        status_written: Mutex::new(HashMap::new()),
-        expected_pods: Mutex::new(HashMap::new()),
-    });
-    ready.store(true, Ordering::Relaxed);
-    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), "controller started");
-    let controller = Controller::new(scoped::<DeserializeGuard<PDDeployment>>(&client, ns), watcher::Config::default().any_semantic())
+    let (pdd_store, pdd_events) =
+        cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
+    let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
+    info!(namespace = ns.unwrap_or("<all>"), "controller started");
+    let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
+    let controller = Controller::for_stream(pdd_events, pdd_store.clone())
+        .trigger_backoff(NoSharedBackoff)
         .owns_stream(pod_events)
         .owns_stream(service_events)
         .owns_stream(config_map_events)
         .owns_stream(deployment_events)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
-        .graceful_shutdown_on(stopped());
-    let store = controller.store();
-    let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), store.clone(), stores, liveness));
-    let controller = controller.run(reconcile, error_policy, ctx).for_each(move |res| {
-        metrics.managed.set(store.state().len() as i64);
-        async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "controller event");
+        .graceful_shutdown_on(term.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(move |res| {
+            metrics.managed.set(pdd_store.state().len() as i64);
+            async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "controller event");
+                }
             }
-        }
-    });
-    // A stop request ends the process within a bound, whatever is still in flight.
-    let deadline = {
-        let stopped = stopped();
-        async move {
-            stopped.await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        }
+        });
+    // A term's end finishes within a bound, whatever is still in flight.
+    let deadline = async move {
+        term.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     tokio::select! {
         _ = controller => {},
         _ = deadline => warn!(grace = ?SHUTDOWN_GRACE, "reconciles did not drain in time; stopping anyway"),
     }
     watchdog.abort();
-    let _ = stop_tx.send(true);
-    if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
-        warn!("the admin server did not close its connections in time");
-    }
-    info!("controller stopped");
-    Ok(())
 }
 
 #[cfg(test)]
