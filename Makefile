@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test image-test e2e-kind tools build lint crd
+.PHONY: demo demo-down test chaos image-test e2e-kind tools build lint crd
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -11,6 +11,9 @@ demo-down:       ## stop what `make demo` started
 
 test:            ## unit, property and real-control-plane tests
 	hack/test.sh
+
+chaos:           ## control-plane and operator faults on a local control plane of their own
+	hack/chaos.sh
 
 image-test:      ## build the image from the Dockerfile offline (local bases) and run it
 	hack/image-test.sh

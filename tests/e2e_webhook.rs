@@ -4,6 +4,9 @@ mod common;
 
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+
 use common::{ControllerProcess, TestNamespace, cluster, free_port, repo_path, text, wait_for};
 
 /// A ValidatingWebhookConfiguration scoped to one test namespace; deleted on drop.
@@ -152,4 +155,46 @@ fn malformed_and_oversized_bodies_get_a_400_with_a_reason() {
     assert_eq!(ctl.get("/readyz").as_deref(), Some("ok"));
     let r = post("{}");
     assert!(r.ends_with("\n400"), "{r}");
+}
+
+/// Two replicas started at the same instant against an absent Secret, many times over: each
+/// round ends with one CA in the Secret and the registration, and both replicas serving a
+/// certificate that the registered bundle verifies (the kind tier once saw both mint their own).
+#[test]
+fn two_replicas_started_together_agree_on_one_ca_every_time() {
+    const ROUNDS: usize = 8;
+    let ns = TestNamespace::new("wh-race");
+    let port = free_port();
+    let reg = Registration::new(&ns.name, port);
+    let ca_file = std::env::temp_dir().join(format!("{}-ca.pem", ns.name));
+    for round in 0..ROUNDS {
+        let secret = format!("race-{round}");
+        let ports = [port, free_port()];
+        let replicas: Vec<ControllerProcess> = ports
+            .iter()
+            .map(|p| {
+                let args = ["--webhook-addr", &format!("127.0.0.1:{p}"), "--webhook-ip-sans", "127.0.0.1"];
+                let args = [&args[..], &["--webhook-config", &reg.name, "--webhook-secret", &secret, "--leader-elect=false"]].concat();
+                ControllerProcess::launch(&ns.name, &args, &cluster().kubeconfig, &[])
+            })
+            .collect();
+        // Ready means: the registration trusts the served certificate.
+        replicas.iter().for_each(ControllerProcess::wait_ready);
+        let stored: Secret = serde_json::from_value(ns.get_json("secret", &secret).unwrap()).unwrap();
+        let stored = stored.data.unwrap_or_default().remove("ca.crt").expect("ca.crt in the Secret").0;
+        let o = cluster().kubectl(&["get", "validatingwebhookconfiguration", &reg.name, "-o", "json"]);
+        let vwc: ValidatingWebhookConfiguration = serde_json::from_slice(&o.stdout).unwrap();
+        let registered = vwc.webhooks.unwrap()[0].client_config.ca_bundle.clone().expect("a caBundle").0;
+        assert_eq!(stored, registered, "round {round}: the registration holds another CA than the Secret");
+        std::fs::write(&ca_file, &registered).unwrap();
+        for p in ports {
+            let o = std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "5", "--cacert", ca_file.to_str().unwrap(), &format!("https://127.0.0.1:{p}/healthz")])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "round {round}: replica on {p} serves a certificate the registration does not trust: {}", text(&o));
+        }
+        let logs: String = replicas.iter().map(|r| std::fs::read_to_string(&r.log).unwrap_or_default()).collect();
+        assert_eq!(logs.matches("generated a new webhook CA").count(), 1, "round {round}: exactly one replica mints the CA:\n{logs}");
+    }
 }

@@ -54,7 +54,7 @@ const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Each watch retries after an error within these bounds (jittered, doubling).
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(8);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
 
 #[derive(Debug, Error)]
 pub enum Error {

@@ -192,6 +192,7 @@ pub struct ControllerProcess {
     namespace: String,
     extra: Vec<String>,
     kubeconfig: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 pub fn free_port() -> u16 {
@@ -210,6 +211,14 @@ impl ControllerProcess {
 
     /// Runs with another identity, e.g. a ServiceAccount token's kubeconfig.
     pub fn start_as(namespace: &str, extra: &[&str], kubeconfig: &Path) -> Self {
+        let p = Self::launch(namespace, extra, kubeconfig, &[]);
+        p.wait_ready();
+        p
+    }
+
+    /// Starts the process without waiting for it to be ready (e.g. two replicas at one instant);
+    /// `env` sets e.g. POD_NAME, the replica's leader-election identity.
+    pub fn launch(namespace: &str, extra: &[&str], kubeconfig: &Path, env: &[(&str, &str)]) -> Self {
         let admin_port = free_port();
         let log = std::env::temp_dir().join(format!("pd-controller-{namespace}-{admin_port}.log"));
         let mut p = Self {
@@ -219,12 +228,13 @@ impl ControllerProcess {
             namespace: namespace.into(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig: kubeconfig.to_owned(),
+            env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
         };
-        p.spawn();
+        p.launch_process();
         p
     }
 
-    fn spawn(&mut self) {
+    fn launch_process(&mut self) {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_pd-operator"))
             .args(["controller", "--namespace", &self.namespace, "--leader-election-namespace", &self.namespace])
@@ -232,11 +242,15 @@ impl ControllerProcess {
             .args(&self.extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("PD_LOG_LEVEL", "info,pd_operator=debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .expect("start pd-operator controller");
         self.child = Some(child);
+    }
+
+    pub fn wait_ready(&self) {
         wait_for(Duration::from_secs(30), "the controller's /readyz", || {
             self.get("/readyz").filter(|b| b == "ok").ok_or_else(|| self.log_tail())
         });
@@ -252,7 +266,8 @@ impl ControllerProcess {
 
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.launch_process();
+        self.wait_ready();
     }
 
     pub fn get(&self, path: &str) -> Option<String> {
@@ -268,6 +283,13 @@ impl ControllerProcess {
             .filter(|l| l.starts_with("pd_operator_api_writes_total"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
+    }
+
+    /// `pd_operator_leader`: Some(true) while this replica holds the lease.
+    pub fn leads(&self) -> Option<bool> {
+        let text = self.get("/metrics")?;
+        let value = text.lines().find(|l| l.starts_with("pd_operator_leader "))?.rsplit(' ').next()?.parse::<f64>().ok()?;
+        Some(value == 1.0)
     }
 
     pub fn log_tail(&self) -> String {
