@@ -98,8 +98,11 @@ pub struct ControllerArgs {
     /// apiserver when hundreds change together; 0 means no limit.
     #[arg(long, env = "PD_MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
     pub max_concurrent_reconciles: u16,
+    /// Seconds between reconciles of an unchanged PDDeployment (a change reconciles at once).
+    #[arg(long, env = "PD_RESYNC_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub resync_seconds: u64,
     /// Elect a leader through a Lease so several replicas can run.
-    #[arg(long, env = "PD_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "PD_LEADER_ELECT", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// Namespace of the leader Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -107,7 +110,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "pd-operator-leader")]
     pub lease_name: String,
     /// Serve the validating admission webhook.
-    #[arg(long, env = "PD_WEBHOOK", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "PD_WEBHOOK", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub webhook: bool,
     #[arg(long, env = "PD_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
     pub webhook_addr: std::net::SocketAddr,
@@ -268,6 +271,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
             render: RenderOptions { operator_image: args.operator_image, default_namespace: "default".into() },
             namespace: args.namespace,
             max_concurrent_reconciles: args.max_concurrent_reconciles,
+            resync: std::time::Duration::from_secs(args.resync_seconds),
             leader_election: args.leader_elect.then_some(crate::controller::LeaderSettings {
                 namespace: args.leader_election_namespace,
                 lease: args.lease_name,

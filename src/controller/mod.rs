@@ -3,6 +3,7 @@
 pub mod leader;
 pub mod metrics;
 pub mod plan;
+mod reconcile;
 pub mod status;
 pub mod watchdog;
 
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -23,24 +24,23 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{info, warn};
 
 use crate::api::PDDeployment;
-use crate::model::{self, HfConfig};
-use crate::render::{self, LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions, Rendered};
-use crate::validate::{self, Role, Severity};
+use crate::model::HfConfig;
+use crate::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions};
 use metrics::{AdminState, Metrics};
-use plan::{DeleteReason, ObservedPod};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
 const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
-const RESYNC: Duration = Duration::from_secs(300);
+/// How long this process remembers its own status writes: by then the cache has caught up.
+const STATUS_MEMORY: Duration = Duration::from_secs(300);
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Progress-only status changes (counts, messages) are written at most this often per
@@ -89,6 +89,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconciles running at once (0: no limit).
     pub max_concurrent_reconciles: u16,
+    /// Reconcile an unchanged PDDeployment this often.
+    pub resync: Duration,
     pub leader_election: Option<LeaderSettings>,
     pub webhook: Option<crate::webhook::WebhookSettings>,
 }
@@ -105,10 +107,9 @@ pub struct Context {
     recorder: Recorder,
     render: RenderOptions,
     metrics: Arc<Metrics>,
+    resync: Duration,
     /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
     backoff: Mutex<HashMap<String, (u32, Instant)>>,
-    /// Content hash and time of the last apply of each RBAC child (`kind/ns/name`).
-    applied: Mutex<HashMap<String, (String, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
     stores: ChildStores,
     /// What this process last wrote to each PDDeployment's status, and when (`ns/name/uid`). It is
@@ -126,6 +127,9 @@ pub struct ChildStores {
     services: Store<Service>,
     config_maps: Store<ConfigMap>,
     deployments: Store<Deployment>,
+    service_accounts: Store<ServiceAccount>,
+    roles: Store<Role>,
+    role_bindings: Store<RoleBinding>,
 }
 
 impl ChildStores {
@@ -137,7 +141,12 @@ impl ChildStores {
             self.config_maps.wait_until_ready(),
             self.deployments.wait_until_ready(),
         );
-        waits.await.map(|_| ()).map_err(|_| Error::CacheClosed)
+        let rbac = futures::future::try_join3(
+            self.service_accounts.wait_until_ready(),
+            self.roles.wait_until_ready(),
+            self.role_bindings.wait_until_ready(),
+        );
+        futures::future::try_join(waits, rbac).await.map(|_| ()).map_err(|_| Error::CacheClosed)
     }
 }
 
@@ -168,8 +177,8 @@ impl Context {
             client,
             render: settings.render.clone(),
             metrics,
+            resync: settings.resync,
             backoff: Mutex::default(),
-            applied: Mutex::default(),
             stores,
             status_written: Mutex::default(),
             expected_pods: Mutex::default(),
@@ -235,31 +244,6 @@ impl Context {
         Ok(current.into_iter().flatten().collect())
     }
 
-    /// Applies objects whose content changed since this process last applied them (or longer ago
-    /// than the resync period). No LIST: these children have fixed names and are garbage-collected
-    /// with their PDDeployment.
-    async fn ensure_applied<K>(&self, ns: &str, desired: &[K]) -> Result<(), Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    {
-        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-        let stale: Vec<(String, String, &K)> = {
-            let map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
-            desired
-                .iter()
-                .map(|want| (format!("{}/{ns}/{}", K::kind(&()), want.meta().name.as_deref().unwrap_or_default()), digest(want), want))
-                .filter(|(key, hash, _)| !map.get(key).is_some_and(|(h, at)| h == hash && at.elapsed() < RESYNC))
-                .collect()
-        };
-        let applies = stale.iter().map(|(_, _, want)| self.apply(&api, want.meta().name.as_deref().unwrap_or_default(), *want));
-        futures::future::try_join_all(applies).await?;
-        let mut map = self.applied.lock().unwrap_or_else(|p| p.into_inner());
-        for (key, hash, _) in stale {
-            map.insert(key, (hash, Instant::now()));
-        }
-        Ok(())
-    }
-
     fn expected_pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
         self.expected_pods.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -308,13 +292,18 @@ impl Context {
     }
 }
 
-async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<Option<HfConfig>, String> {
-    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(None) };
+/// The model's config.json from `spec.model.configMapRef`: `Ok(Err(why))` when the reference
+/// is wrong (a finding for the user), `Err` when the API did not answer (retried).
+async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<Result<Option<HfConfig>, String>, Error> {
+    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(Ok(None)) };
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let cm = api.get_opt(&r.name).await.map_err(|e| format!("reading ConfigMap {}: {e}", r.name))?;
-    let cm = cm.ok_or_else(|| format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name))?;
-    let text = cm.data.as_ref().and_then(|d| d.get(&r.key)).ok_or_else(|| format!("ConfigMap {} has no key {:?}", r.name, r.key))?;
-    HfConfig::parse(text).map(Some).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key))
+    let Some(cm) = api.get_opt(&r.name).await? else {
+        return Ok(Err(format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name)));
+    };
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&r.key)) else {
+        return Ok(Err(format!("ConfigMap {} has no key {:?}", r.name, r.key)));
+    };
+    Ok(HfConfig::parse(text).map(Some).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key)))
 }
 
 /// How long a progress-only status change should wait before it is written; `None`: write now.
@@ -382,197 +371,9 @@ async fn write_status(
     api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
     let mut written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
     // Entries of deleted or long-idle PDDeployments go; by then the cache has caught up.
-    written.retain(|_, (at, _)| at.elapsed() < RESYNC);
+    written.retain(|_, (at, _)| at.elapsed() < STATUS_MEMORY);
     written.insert(key.to_owned(), (Instant::now(), status));
     Ok(())
-}
-
-async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let pdd = match &guard.0 {
-        Ok(p) => p,
-        Err(invalid) => {
-            warn!(object = ?invalid.metadata.name, error = %invalid.error, "skipping a PDDeployment that does not deserialize");
-            return Ok(Action::await_change());
-        }
-    };
-    let (Some(ns), Some(name), Some(uid)) = (pdd.namespace(), pdd.metadata.name.clone(), pdd.metadata.uid.clone()) else {
-        return Err(Error::Unnamed("PDDeployment"));
-    };
-    let span = info_span!("reconcile", pdd = %format!("{ns}/{name}"), generation = pdd.metadata.generation);
-    let started = Instant::now();
-    let metrics = ctx.metrics.clone();
-    let result = async move {
-        ctx.metrics.reconciles.inc();
-        if pdd.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::await_change());
-        }
-        let client = ctx.client.clone();
-        let now = Time(jiff::Timestamp::now());
-
-        // Validate: the same rules as `pd-operator validate` and the webhook.
-        let config = model_config(&client, pdd, &ns).await;
-        let facts = model::resolve(&pdd.spec.model, config.as_ref().ok().and_then(Option::as_ref));
-        let mut problems: Vec<String> = validate::validate_with_facts(&name, &pdd.spec, &facts)
-            .into_iter()
-            .filter(|f| f.severity == Severity::Error)
-            .map(|f| format!("{}: {} (fix: {})", f.field, f.message, f.fix))
-            .collect();
-        if let Err(e) = &config {
-            problems.push(format!("spec.model.configMapRef: {e}"));
-        }
-        ctx.stores.ready().await?;
-        let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let mut observed: Vec<ObservedPod> =
-            children_in(&ctx.stores.pods, &ns, &name, &uid).iter().filter_map(|p| ObservedPod::from_pod(p)).collect();
-        // The cache hands pods out in no fixed order; messages that list them must not churn.
-        observed.sort_by(|a, b| a.name.cmp(&b.name));
-        let status_key = format!("{ns}/{name}/{uid}");
-        let known = ctx.known_status(&status_key, pdd);
-        // Seen in the cache: from now on, a missing pod is really gone.
-        ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
-        if !problems.is_empty() {
-            let message = problems.join("; ");
-            let was_invalid = known
-                .as_ref()
-                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.status == "False" && c.message == message));
-            if !was_invalid {
-                ctx.event(pdd, EventType::Warning, "InvalidSpec", "Validate", message.clone()).await;
-            }
-            let inputs = status::StatusInputs {
-                pdd,
-                previous: known.as_ref(),
-                validation: Err(message),
-                observed: &observed,
-                nodes: (render::nodes_per_instance(&pdd.spec.prefill), render::nodes_per_instance(&pdd.spec.decode)),
-                revisions: ("", ""),
-                router_ready: None,
-                degraded: None,
-                now,
-            };
-            write_status(&ctx, &status_key, known.as_ref(), &ns, &name, status::compute(&inputs)).await?;
-            return Ok(Action::await_change());
-        }
-
-        // Render, then bring the support objects to the rendered state.
-        let Rendered { services, config_maps, service_accounts, roles, role_bindings, pods: desired_pods, deployments } =
-            render::render(pdd, &facts, &ctx.render)?;
-        // Sent together, except the RoleBinding after its Role: RBAC's escalation check reads the
-        // Role (NotFound if it is not there yet) unless the caller may bind any role. Pods come
-        // after all of them, since admission refuses a pod whose ServiceAccount does not exist.
-        let rbac = async {
-            ctx.ensure_applied(&ns, &roles).await?;
-            ctx.ensure_applied(&ns, &role_bindings).await
-        };
-        let (_, _, _, _, routers) = futures::try_join!(
-            ctx.sync_children(&ctx.stores.services, &ns, &name, &uid, &services),
-            ctx.sync_children(&ctx.stores.config_maps, &ns, &name, &uid, &config_maps),
-            ctx.ensure_applied(&ns, &service_accounts),
-            rbac,
-            ctx.sync_children(&ctx.stores.deployments, &ns, &name, &uid, &deployments),
-        )?;
-        let router_ready =
-            pdd.spec.router.enabled.then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0));
-
-        // Plan pods: create missing instances, recreate broken ones, roll outdated ones.
-        let plan = plan::plan(&desired_pods, &observed, pdd.spec.rollout.max_unavailable.max(1) as u32);
-        let mut requeue = RESYNC;
-        let mut degraded = None;
-        for d in &plan.deletes {
-            let key = format!("{ns}/{name}/{}/{}", d.role.as_str(), d.instance);
-            if d.reason == DeleteReason::Recreate {
-                if let Some(wait) = ctx.backoff_remaining(&key) {
-                    degraded = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
-                    requeue = requeue.min(wait + Duration::from_millis(100));
-                    continue;
-                }
-                let attempt = ctx.note_recreate(key);
-                degraded = Some(d.why.clone());
-                ctx.event(
-                    pdd,
-                    EventType::Warning,
-                    "InstanceRecreated",
-                    "Recreate",
-                    format!("{}: recreating {} instance {} (attempt {attempt})", d.why, d.role.as_str(), d.instance),
-                )
-                .await;
-            } else {
-                let (reason, action) = match d.reason {
-                    DeleteReason::ScaleDown => ("InstanceDeleted", "ScaleDown"),
-                    _ => ("RolloutStep", "Rollout"),
-                };
-                ctx.event(pdd, EventType::Normal, reason, action, d.why.clone()).await;
-            }
-            for pod in &d.pods {
-                ctx.forget_pods(&ns, [pod.as_str()]);
-                ctx.metrics.write("delete", "pods");
-                match pods_api.delete(pod, &DeleteParams::background()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        // Every missing pod at once: the instances of a new PDDeployment are independent.
-        let applies = plan.creates.iter().enumerate().flat_map(|(group_index, (_, _, group))| {
-            group.iter().map(move |pod| (group_index, pod.metadata.name.clone().unwrap_or_default(), pod))
-        });
-        // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
-        let applies = applies.filter(|(_, pname, _)| !ctx.expecting(&ns, pname)).map(|(group_index, pname, pod)| {
-            let (pods_api, ctx, ns) = (&pods_api, &ctx, &ns);
-            async move {
-                let applied = ctx.apply(pods_api, &pname, pod).await?;
-                if applied.metadata.deletion_timestamp.is_some() {
-                    // The name still belongs to a pod on its way out (the cache had not shown it):
-                    // the apply only touched that pod. Once it is gone, a later pass creates anew.
-                    return Ok::<_, Error>(None);
-                }
-                ctx.expect_pod(ns, &pname);
-                Ok(Some(group_index))
-            }
-        });
-        let new_in_group: Vec<usize> = futures::future::try_join_all(applies).await?.into_iter().flatten().collect();
-        let created: Vec<String> = plan
-            .creates
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| new_in_group.contains(i))
-            .map(|(_, (role, instance, group))| format!("{} instance {instance} ({} pods)", role.as_str(), group.len()))
-            .collect();
-        // One Event per reconcile: a new PDDeployment creates every instance at once.
-        if !created.is_empty() {
-            ctx.event(pdd, EventType::Normal, "InstancesCreated", "Create", format!("created {}", created.join(", "))).await;
-        }
-        if !plan.creates.is_empty() || !plan.deletes.is_empty() {
-            requeue = requeue.min(Duration::from_secs(2));
-        }
-
-        let revisions =
-            (render::role_revision(&pdd.spec, Role::Prefill, &ctx.render), render::role_revision(&pdd.spec, Role::Decode, &ctx.render));
-        let inputs = status::StatusInputs {
-            pdd,
-            previous: known.as_ref(),
-            validation: Ok(()),
-            observed: &observed,
-            nodes: (render::nodes_per_instance(&pdd.spec.prefill), render::nodes_per_instance(&pdd.spec.decode)),
-            revisions: (&revisions.0, &revisions.1),
-            router_ready,
-            degraded,
-            now,
-        };
-        let next = status::compute(&inputs);
-        if let Some(wait) = status_delay(&ctx, &status_key, known.as_ref(), &next) {
-            return Ok(Action::requeue(requeue.min(wait + Duration::from_millis(50))));
-        }
-        if let Some((type_, reason, note)) = status::handshake_transition(known.as_ref(), &next) {
-            ctx.event(pdd, type_, &reason, "Handshake", note).await;
-        }
-        write_status(&ctx, &status_key, known.as_ref(), &ns, &name, next).await?;
-        Ok(Action::requeue(requeue))
-    }
-    .instrument(span)
-    .await;
-    metrics.duration.observe(started.elapsed().as_secs_f64());
-    result
 }
 
 fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc<Context>) -> Action {
@@ -775,8 +576,19 @@ async fn reconcile_term(
     let (service_store, service_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (config_map_store, config_map_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (deployment_store, deployment_events) =
-        cached(scoped(client, ns), managed, |d: &mut Deployment| d.spec.template = Default::default());
-    let stores = ChildStores { pods: pod_store, services: service_store, config_maps: config_map_store, deployments: deployment_store };
+        cached(scoped(client, ns), managed.clone(), |d: &mut Deployment| d.spec.template = Default::default());
+    let (account_store, account_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let stores = ChildStores {
+        pods: pod_store,
+        services: service_store,
+        config_maps: config_map_store,
+        deployments: deployment_store,
+        service_accounts: account_store,
+        roles: role_store,
+        role_bindings: binding_store,
+    };
     let (pdd_store, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
@@ -788,10 +600,13 @@ async fn reconcile_term(
         .owns_stream(service_events)
         .owns_stream(config_map_events)
         .owns_stream(deployment_events)
+        .owns_stream(account_events)
+        .owns_stream(role_events)
+        .owns_stream(binding_events)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(term.clone().cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile::reconcile, error_policy, ctx)
         .for_each(move |res| {
             metrics.managed.set(pdd_store.state().len() as i64);
             async move {
@@ -824,7 +639,7 @@ mod tests {
                 status: (*status).into(),
                 reason: "R".into(),
                 message: String::new(),
-                last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
                 observed_generation: Some(generation),
             })
             .collect();
