@@ -12,10 +12,11 @@ WORKDIR /src
 ENV CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0
 COPY Cargo.toml Cargo.lock ./
 # Dependencies first, against placeholder sources: this layer is reused until Cargo.lock changes,
-# so a source edit rebuilds only our crate. (Cargo.toml declares a benchmark target; cargo refuses
-# a manifest whose targets are missing.)
-RUN mkdir -p src benches \
+# so a source edit rebuilds only our crate. (Cargo.toml declares a benchmark and the chaos test;
+# cargo refuses a manifest whose targets are missing, so the test's placeholder stays.)
+RUN mkdir -p src benches tests \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs && echo 'fn main() {}' > benches/controller_scale.rs \
+ && echo 'fn main() {}' > tests/chaos.rs \
  && cargo build --release --locked --bin pd-operator \
  && rm -rf src benches
 COPY src ./src
