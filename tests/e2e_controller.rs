@@ -130,9 +130,14 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
     assert_eq!(status["decode"]["readyReplicas"], 2);
     assert_eq!(status["decode"]["ready"], "2/2");
     assert_eq!(status["endpoints"]["prefill"][0]["bootstrap"], format!("dsv3-prefill-0-0.dsv3-prefill.{}.svc:8998", ns.name));
-    // Without a handshake sidecar result, the deployment is honestly not Ready.
-    assert_eq!(condition(&ns, "dsv3", "HandshakeReady").unwrap().0, "Unknown");
-    assert_eq!(condition(&ns, "dsv3", "Ready").unwrap().0, "False");
+    // The decode pods served only once their gate passed: here the kwok tier's stage plays the
+    // sidecar (hack/kwok/pod-stages.yaml), and the pods turned Ready through the gate.
+    for p in pods(&ns, "dsv3").unwrap().iter().filter(|p| p["metadata"]["labels"]["pd.inference.dev/role"] == "decode") {
+        let gate = p["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "pd.inference.dev/handshake").cloned();
+        assert_eq!(gate.map(|c| c["status"].clone()), Some(Value::from("True")), "{}", p["status"]);
+    }
+    wait_condition(&ns, "dsv3", "HandshakeReady", "True");
+    wait_condition(&ns, "dsv3", "Ready", "True");
 }
 
 #[test]

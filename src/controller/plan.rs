@@ -19,8 +19,6 @@ pub struct ObservedPod {
     pub revision: String,
     pub phase: String,
     pub deleting: bool,
-    /// All containers ready: the engine serves (the handshake gate is tracked separately).
-    pub containers_ready: bool,
     /// The pod's own Ready condition: containers and readiness gates.
     pub ready: bool,
     /// The `pd.inference.dev/handshake` pod condition, when set.
@@ -55,7 +53,6 @@ impl ObservedPod {
             revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
-            containers_ready: condition("ContainersReady").is_some_and(|c| c.status == "True"),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
             handshake: condition(crate::render::HANDSHAKE_CONDITION).map(|c| GateCondition {
                 passed: c.status == "True",
@@ -75,15 +72,11 @@ impl ObservedPod {
         matches!(self.phase.as_str(), "Failed" | "Succeeded")
     }
 
-    /// Whether the pod can take traffic. Once its sidecar has reported, that is the pod's Ready
-    /// condition, gate included: a decode whose prefill is incompatible cannot serve, however
-    /// healthy its engine. Before any report it is the containers' readiness (the kwok tier runs
-    /// no sidecar, so its gates never pass).
+    /// Whether the pod can take traffic: its Ready condition, which holds the handshake gate on
+    /// decode pods (no Service routes to a pod that is not Ready), and for a decode whose
+    /// sidecar reported a failure, not even a Ready that lags behind that report.
     pub fn serving(&self) -> bool {
-        match &self.handshake {
-            Some(gate) => gate.passed && self.ready,
-            None => self.containers_ready,
-        }
+        self.ready && self.handshake.as_ref().is_none_or(|gate| gate.passed)
     }
 }
 

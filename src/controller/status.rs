@@ -275,7 +275,6 @@ mod tests {
             revision: String::new(),
             phase: "Running".into(),
             deleting: false,
-            containers_ready: true,
             ready: passed == Some(true),
             handshake: passed.map(|passed| GateCondition { passed, reason: String::new(), message: String::new(), rank_map: map }),
         }
@@ -340,14 +339,14 @@ mod tests {
     }
 
     #[test]
-    fn a_decode_with_a_failed_handshake_is_not_counted_ready() {
+    fn a_decode_counts_ready_only_when_its_pod_is_ready() {
         let pdd = pdd();
         // Instance 0 passed and instance 1 failed: only instance 0 serves.
         let observed = [decode_pod(0, Some(true), None), decode_pod(1, Some(false), None)];
         let inputs = one_pod_instances(&pdd, &observed);
         assert_eq!(count(&inputs, Role::Decode).ready, 1);
-        // No sidecar report yet: the engine containers decide.
+        // No sidecar report yet: the gate is unset, the pod not Ready, no Service routes to it.
         let unreported = [decode_pod(0, None, None), decode_pod(1, None, None)];
-        assert_eq!(count(&StatusInputs { observed: &unreported, ..inputs }, Role::Decode).ready, 2);
+        assert_eq!(count(&StatusInputs { observed: &unreported, ..inputs }, Role::Decode).ready, 0);
     }
 }
