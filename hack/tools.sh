@@ -40,10 +40,20 @@ build_kwok() {
 }
 
 build_helm() {
-  have helm && { log "helm v$HELM_VERSION cached"; return; }
+  # The marker records that helm carries its Kubernetes version (below); older caches rebuild.
+  have helm && [ -f "$TOOLS_DIR/helm-kube-version" ] && { log "helm v$HELM_VERSION cached"; return; }
   log "building helm v$HELM_VERSION"
+  # Like helm's own Makefile: the Kubernetes version its client-go is from becomes the default
+  # of `helm template` and `helm lint` (otherwise v1.20, and charts needing newer fail).
+  local gomod minor
+  gomod=$(go mod download -json "helm.sh/helm/v3@v$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  minor=$(sed -n 's|^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*|\1|p' "$gomod" | head -n 1)
+  [ -n "$minor" ] || { log "no k8s.io/client-go version in $gomod"; exit 1; }
+  local kv="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+  kv+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
   go_install "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" "$BIN" "$WORK/helm.log" \
-    "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+    "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION $kv"
+  echo "1.$minor" >"$TOOLS_DIR/helm-kube-version"
 }
 
 build_kubernetes() {

@@ -63,6 +63,15 @@ fn chart_lints_and_templates_with_default_and_custom_values() {
 }
 
 #[test]
+fn helm_templates_the_chart_without_being_told_a_kubernetes_version() {
+    // The project's helm is built with its Kubernetes version (hack/tools.sh); a helm left at its
+    // default (v1.20) fails the chart's kubeVersion constraint.
+    let o = cluster().helm(&["template", "rel", &chart()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("kind: Deployment\n"));
+}
+
+#[test]
 fn bad_values_are_refused_by_the_schema_with_a_readable_message() {
     let c = cluster();
     for (set, expect) in [
