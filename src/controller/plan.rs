@@ -231,3 +231,146 @@ pub fn plan(desired: &[Pod], observed: &[ObservedPod], max_unavailable: u32) -> 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rendered pod: `{role}-{instance}-{node}` at `revision`.
+    fn want(role: Role, instance: u32, node: u32, revision: &str) -> Pod {
+        let labels =
+            [(LABEL_ROLE, role.as_str().to_owned()), (LABEL_INSTANCE, instance.to_string()), (LABEL_REVISION, revision.to_owned())];
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(format!("{}-{instance}-{node}", role.as_str()));
+        pod.metadata.labels = Some(labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
+        pod
+    }
+
+    /// An existing pod, Running and Ready unless changed.
+    fn have(role: Role, instance: u32, node: u32, revision: &str) -> ObservedPod {
+        ObservedPod {
+            name: format!("{}-{instance}-{node}", role.as_str()),
+            role,
+            instance,
+            node,
+            revision: revision.into(),
+            phase: "Running".into(),
+            deleting: false,
+            ready: true,
+            handshake: None,
+        }
+    }
+
+    /// `n` one-pod instances per role at `revision`, rendered and running.
+    fn steady(prefill: u32, decode: u32, revision: &str) -> (Vec<Pod>, Vec<ObservedPod>) {
+        let roles = [(Role::Prefill, prefill), (Role::Decode, decode)];
+        let desired = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| want(*r, i, 0, revision))).collect();
+        let observed = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| have(*r, i, 0, revision))).collect();
+        (desired, observed)
+    }
+
+    fn deletes(plan: &Plan) -> Vec<(Role, u32, DeleteReason)> {
+        plan.deletes.iter().map(|d| (d.role, d.instance, d.reason)).collect()
+    }
+
+    /// Moves `role`'s rendered pods to `revision`.
+    fn roll(desired: &mut [Pod], role: Role, revision: &str) {
+        for pod in desired.iter_mut().filter(|p| pod_label(p, LABEL_ROLE).as_deref() == Some(role.as_str())) {
+            pod.metadata.labels.as_mut().unwrap().insert(LABEL_REVISION.into(), revision.into());
+        }
+    }
+
+    #[test]
+    fn a_steady_state_plans_nothing() {
+        let (desired, observed) = steady(2, 2, "r1");
+        assert_eq!(plan(&desired, &observed, 1), Plan::default());
+    }
+
+    #[test]
+    fn missing_instances_are_created_whole() {
+        let desired = vec![want(Role::Prefill, 0, 0, "r1"), want(Role::Prefill, 0, 1, "r1"), want(Role::Decode, 0, 0, "r1")];
+        let p = plan(&desired, &[], 1);
+        let created: Vec<(Role, u32, usize)> = p.creates.iter().map(|(r, i, pods)| (*r, *i, pods.len())).collect();
+        assert_eq!(created, vec![(Role::Prefill, 0, 2), (Role::Decode, 0, 1)]);
+        assert!(p.deletes.is_empty());
+    }
+
+    #[test]
+    fn instances_beyond_replicas_are_scaled_down_without_their_terminating_pods() {
+        let (desired, mut observed) = steady(1, 2, "r1");
+        observed.push(have(Role::Decode, 2, 0, "r1"));
+        let mut leaving = have(Role::Decode, 3, 0, "r1");
+        leaving.deleting = true;
+        observed.push(leaving);
+        let p = plan(&desired, &observed, 1);
+        assert_eq!(deletes(&p), vec![(Role::Decode, 2, DeleteReason::ScaleDown), (Role::Decode, 3, DeleteReason::ScaleDown)]);
+        assert_eq!(p.deletes[0].pods, vec!["decode-2-0".to_owned()]);
+        assert!(p.deletes[1].pods.is_empty(), "a pod already terminating is not deleted again");
+    }
+
+    #[test]
+    fn a_failed_or_vanished_pod_recreates_its_whole_instance() {
+        let desired = vec![want(Role::Prefill, 0, 0, "r1"), want(Role::Prefill, 0, 1, "r1"), want(Role::Decode, 0, 0, "r1")];
+        let mut failed = have(Role::Prefill, 0, 1, "r1");
+        failed.phase = "Failed".into();
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], 1);
+        assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
+        assert_eq!(p.deletes[0].pods.len(), 2, "both ranks go: a multi-node engine cannot survive a lost rank");
+        assert!(p.deletes[0].why.contains("prefill-0-1 is Failed"), "{}", p.deletes[0].why);
+        // Node 1 vanished: same.
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], 1);
+        assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
+        assert!(p.deletes[0].why.contains("prefill-0-1 disappeared"), "{}", p.deletes[0].why);
+    }
+
+    #[test]
+    fn an_instance_still_terminating_is_left_alone() {
+        let (desired, mut observed) = steady(1, 1, "r1");
+        observed[0].deleting = true;
+        assert_eq!(plan(&desired, &observed, 1), Plan::default());
+    }
+
+    #[test]
+    fn a_rollout_replaces_max_unavailable_instances_per_role_at_a_time() {
+        let (mut desired, observed) = steady(3, 3, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        let p = plan(&desired, &observed, 1);
+        assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Rollout), (Role::Decode, 0, DeleteReason::Rollout)]);
+        let p = plan(&desired, &observed, 2);
+        assert_eq!(p.deletes.len(), 4, "two per role: {:?}", deletes(&p));
+        // An instance that is down already uses the budget: nothing more goes.
+        let mut starting = observed.clone();
+        starting[0].ready = false;
+        assert!(
+            !plan(&desired, &starting, 1).deletes.iter().any(|d| d.role == Role::Prefill),
+            "{:?}",
+            deletes(&plan(&desired, &starting, 1))
+        );
+    }
+
+    #[test]
+    fn a_rollout_never_takes_the_last_ready_instance_of_a_role_with_several() {
+        let (mut desired, mut observed) = steady(1, 2, "r1");
+        roll(&mut desired, Role::Decode, "r2");
+        roll(&mut desired, Role::Prefill, "r2");
+        observed[1].ready = false; // decode 0 not ready: decode 1 is the last ready one
+        // The budget (3, less the one down) would allow both: the guard stops at the last ready one.
+        let p = plan(&desired, &observed, 3);
+        let decode: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Decode).map(|d| d.instance).collect();
+        assert_eq!(decode, vec![0], "only the unready outdated instance goes");
+        // A role with a single instance may roll it.
+        assert!(p.deletes.iter().any(|d| d.role == Role::Prefill && d.instance == 0));
+    }
+
+    #[test]
+    fn a_role_ahead_in_the_rollout_waits_for_the_other() {
+        let (mut desired, mut observed) = steady(2, 2, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        // Prefill 0 is on r2 already; decode has not started: prefill waits, decode goes.
+        observed[0].revision = "r2".into();
+        let p = plan(&desired, &observed, 1);
+        assert_eq!(deletes(&p), vec![(Role::Decode, 0, DeleteReason::Rollout)]);
+    }
+}
