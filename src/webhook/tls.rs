@@ -416,6 +416,41 @@ mod tests {
         assert_eq!(key.cert.len(), 1);
         assert!(g.not_after > jiff::Timestamp::now().as_second() + 300 * 86400);
         assert!(matches!(certified_key(b"nope", g.key_pem.as_bytes()), Err(TlsError::Pem(_))));
+        // A client trusting only the CA accepts exactly the names and addresses in the SANs.
+        for name in ["pd-operator-webhook.pd-system.svc", "127.0.0.1"] {
+            handshake(&g, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for name in ["pd-operator-webhook.other.svc", "127.0.0.2"] {
+            assert!(handshake(&g, name).is_err_and(|e| e.contains("NotValidForName")), "{name} was accepted");
+        }
+    }
+
+    /// A TLS handshake in memory between our server config serving `g` and a client that trusts
+    /// only `g`'s CA and asks for `name`.
+    fn handshake(g: &Generated, name: &str) -> Result<(), String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(pem_certs(g.ca_pem.as_bytes()));
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server_name = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
+        let mut client = rustls::ClientConnection::new(Arc::new(client), server_name).map_err(|e| e.to_string())?;
+        let store = CertStore::new(certified_key(g.cert_pem.as_bytes(), g.key_pem.as_bytes()).map_err(|e| e.to_string())?);
+        let mut server = rustls::ServerConnection::new(server_config(store).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        while client.is_handshaking() || server.is_handshaking() {
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).map_err(|e| e.to_string())?;
+            server.read_tls(&mut wire.as_slice()).map_err(|e| e.to_string())?;
+            server.process_new_packets().map_err(|e| e.to_string())?;
+            let mut wire = Vec::new();
+            server.write_tls(&mut wire).map_err(|e| e.to_string())?;
+            client.read_tls(&mut wire.as_slice()).map_err(|e| e.to_string())?;
+            client.process_new_packets().map_err(|e| format!("{e:?}"))?;
+        }
+        Ok(())
     }
 
     #[test]
