@@ -45,16 +45,37 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn any_topology_bytes_get_a_verdict(body in prop::collection::vec(any::<u8>(), 0..512), status in prop_oneof![Just(200u16), Just(503), 100u16..600]) {
-        let _ = probe::assess(&decode(), status, &body);
+    fn any_topology_bytes_get_the_verdict_their_status_and_syntax_call_for(
+        body in prop::collection::vec(any::<u8>(), 0..512),
+        status in prop_oneof![Just(200u16), Just(503), 100u16..600],
+    ) {
+        let verdict = probe::assess(&decode(), status, &body);
+        let parses = serde_json::from_slice::<Value>(&body).is_ok();
+        match (status, verdict) {
+            (200, Err(v)) if !parses => {
+                let (reason, message) = v.reason_and_message();
+                prop_assert_eq!(reason, "IncompatibleTopologyBody");
+                prop_assert!(message.contains("not JSON"), "{}", message);
+            }
+            (200, _) => prop_assert!(parses, "a body that is not JSON passed"),
+            (503, Err(v)) => prop_assert!(matches!(*v, Verdict::Pending { ref reason, .. } if reason == "Registering"), "{:?}", v),
+            (s, Err(v)) => {
+                let (reason, message) = v.reason_and_message();
+                prop_assert!(matches!(*v, Verdict::Pending { .. }) && reason == "BootstrapError", "{:?}", v);
+                prop_assert!(message.contains(&format!("answered {s}")), "{}", message);
+            }
+            (s, Ok(_)) => prop_assert!(false, "status {} passed", s),
+        }
     }
 
     #[test]
-    fn any_topology_json_gets_a_verdict_and_failures_explain_themselves(v in json_value()) {
-        let body = v.to_string();
-        if let Err(verdict) = probe::assess(&decode(), 200, body.as_bytes()) {
-            let (reason, message) = verdict.reason_and_message();
-            prop_assert!(!reason.is_empty() && !message.is_empty());
+    fn any_topology_json_passes_whole_or_is_refused_as_incompatible_when_not_an_object(v in json_value()) {
+        match probe::assess(&decode(), 200, v.to_string().as_bytes()) {
+            Ok((info, _, _)) => prop_assert_eq!(info, v, "the verdict carries the body it judged"),
+            Err(verdict) if !v.is_object() => {
+                prop_assert_eq!(verdict.reason_and_message().0, "IncompatibleTopologyBody", "{:?}", verdict);
+            }
+            Err(_) => {}
         }
     }
 
@@ -68,9 +89,24 @@ proptest! {
     }
 
     #[test]
-    fn any_rank_body_parses_or_says_why(v in json_value()) {
-        if let Err(why) = probe::parse_row(v.to_string().as_bytes()) {
-            prop_assert!(!why.is_empty());
+    fn any_rank_body_parses_to_its_own_port_or_names_what_is_wrong(v in json_value()) {
+        let keys: Vec<&str> = v.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+        match probe::parse_row(v.to_string().as_bytes()) {
+            Ok((_, port)) => {
+                prop_assert!(keys.len() == 2 && keys.contains(&"rank_ip") && keys.contains(&"rank_port"), "{}", v);
+                prop_assert_eq!(v["rank_port"].as_i64().or_else(|| v["rank_port"].as_str()?.trim().parse().ok()), Some(i64::from(port)));
+            }
+            Err(why) if !v.is_object() => prop_assert!(why.starts_with("expected an object"), "{}", why),
+            Err(why) => {
+                let stray = keys.iter().find(|k| **k != "rank_ip" && **k != "rank_port");
+                let named = match stray {
+                    Some(k) => why.contains(&format!("unexpected keyword argument '{k}'")),
+                    None if !keys.contains(&"rank_ip") => why.contains("'rank_ip'"),
+                    None if !keys.contains(&"rank_port") => why.contains("'rank_port'"),
+                    None => why.contains("rank_port") || why.contains("int()"),
+                };
+                prop_assert!(named, "{} for {}", why, v);
+            }
         }
     }
 
