@@ -69,19 +69,9 @@ impl Operator {
         let full = format!("{release}-pd-operator");
         let kubeconfig = token_kubeconfig(&ns.name, &full);
         let replica = |identity: &str, webhook_port: u16| {
-            let args = [
-                "--leader-elect=true",
-                "--lease-name",
-                &full,
-                "--webhook-addr",
-                &format!("127.0.0.1:{webhook_port}"),
-                "--webhook-ip-sans",
-                "127.0.0.1",
-                "--webhook-config",
-                &full,
-                "--webhook-secret",
-                &format!("{full}-webhook-tls"),
-            ];
+            let mut args = common::chart_operator_args(&full, webhook_port);
+            args.push("--leader-elect=true".into());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             ControllerProcess::launch(&ns.name, &args, &kubeconfig, &[("POD_NAME", identity)])
         };
         let replicas = vec![replica("replica-a", port), replica("replica-b", free_port())];
@@ -192,20 +182,9 @@ fn rendered(pdd: &Value, ns: &str) -> BTreeMap<String, BTreeSet<String>> {
     let file = std::env::temp_dir().join(format!("chaos-{ns}-{}.json", pdd["metadata"]["name"].as_str().unwrap_or_default()));
     let spec = serde_json::json!({"apiVersion": pdd["apiVersion"], "kind": "PDDeployment", "metadata": {"name": pdd["metadata"]["name"]}, "spec": pdd["spec"]});
     std::fs::write(&file, spec.to_string()).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_pd-operator"))
-        .args(["render", "-f", file.to_str().unwrap(), "-n", ns, "--operator-image", "pd-operator:e2e"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for doc in serde_norway::Deserializer::from_slice(&o.stdout) {
-        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        let kind = v["kind"].as_str().unwrap_or_default();
-        if CHILD_KINDS.contains(&kind) {
-            out.entry(kind.to_owned()).or_default().insert(v["metadata"]["name"].as_str().unwrap().to_owned());
-        }
-    }
-    out
+    let mut names = common::rendered_names(&file, ns);
+    names.retain(|kind, _| CHILD_KINDS.contains(&kind.as_str()));
+    names
 }
 
 /// Names per kind of the operator's children in `ns` (router pods left out, as in `rendered`).

@@ -168,22 +168,8 @@ fn the_operator_runs_under_the_charts_rbac_and_its_webhook_registration() {
     let o = cluster().kubectl(&["auth", "can-i", "list", "secrets", "--all-namespaces", "--as", &sa]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no", "the operator must not read every Secret");
 
-    let ctl = ControllerProcess::start_as(
-        &ns.name,
-        &[
-            "--webhook-addr",
-            &format!("127.0.0.1:{port}"),
-            "--webhook-ip-sans",
-            "127.0.0.1",
-            "--webhook-config",
-            &full,
-            "--webhook-secret",
-            &format!("{full}-webhook-tls"),
-            "--lease-name",
-            &full,
-        ],
-        &kubeconfig,
-    );
+    let args = common::chart_operator_args(&full, port);
+    let ctl = ControllerProcess::start_as(&ns.name, &args.iter().map(String::as_str).collect::<Vec<_>>(), &kubeconfig);
     // The chart's registration routes real admission requests to the host process.
     let mistake = std::fs::read_to_string(repo_path("examples/qwen-dcp2-mistake.yaml")).unwrap();
     wait_for(Duration::from_secs(45), "the chart's webhook to deny the Qwen dcp: 2 example", || {

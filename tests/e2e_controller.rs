@@ -70,20 +70,7 @@ fn wait_condition(ns: &TestNamespace, pdd: &str, type_: &str, status: &str) {
 
 /// Names of each kind `pd-operator render` prints for an example.
 fn rendered(example: &str, ns: &str) -> BTreeMap<String, BTreeSet<String>> {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pd-operator"))
-        .args(["render", "-f", repo_path(example).to_str().unwrap(), "-n", ns, "--operator-image", "pd-operator:e2e"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for doc in serde_norway::Deserializer::from_slice(&o.stdout) {
-        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if v.is_null() {
-            continue;
-        }
-        out.entry(v["kind"].as_str().unwrap().to_owned()).or_default().insert(v["metadata"]["name"].as_str().unwrap().to_owned());
-    }
-    out
+    common::rendered_names(&repo_path(example), ns)
 }
 
 #[test]

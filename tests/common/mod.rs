@@ -390,3 +390,28 @@ pub fn token_kubeconfig(ns: &str, account: &str) -> PathBuf {
     std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\", certificate-authority: \"{ca}\"}}}}]\nusers: [{{name: sa, user: {{token: \"{token}\"}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: sa}}}}]\ncurrent-context: c\n")).unwrap();
     kubeconfig
 }
+
+/// Names per kind of every object `pd-operator render -f FILE -n NS` prints.
+pub fn rendered_names(file: &Path, ns: &str) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let o = Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+        .args(["render", "-f", file.to_str().unwrap(), "-n", ns, "--operator-image", "pd-operator:e2e"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mut out: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    for doc in serde_norway::Deserializer::from_slice(&o.stdout) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if let (Some(kind), Some(name)) = (v["kind"].as_str(), v["metadata"]["name"].as_str()) {
+            out.entry(kind.to_owned()).or_default().insert(name.to_owned());
+        }
+    }
+    out
+}
+
+/// The flags that run a host-process operator as the chart's release `full` would: its Lease,
+/// its webhook registration and Secret, serving on 127.0.0.1:`port` (registered by URL).
+pub fn chart_operator_args(full: &str, port: u16) -> Vec<String> {
+    let (addr, secret) = (format!("127.0.0.1:{port}"), format!("{full}-webhook-tls"));
+    let args = ["--webhook-addr", &addr, "--webhook-ip-sans", "127.0.0.1", "--webhook-config", full, "--webhook-secret", &secret];
+    args.iter().chain(&["--lease-name", full]).map(|s| (*s).to_owned()).collect()
+}
