@@ -269,3 +269,151 @@ impl<'a> Pass<'a> {
 fn pod_name(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    use kube::Resource;
+    use kube::runtime::reflector::Store;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::controller::ChildStores;
+    use crate::controller::metrics::Metrics;
+
+    /// One request the scripted API received: method, path, body.
+    type Recorded = (String, String, Value);
+
+    /// A scripted API server: records every request and answers each write by echoing its body
+    /// (what server-side apply returns for an object no other manager touches).
+    fn scripted_api() -> (kube::Client, Arc<Mutex<Vec<Recorded>>>) {
+        let log: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let recorder = log.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = recorder.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body: Value = serde_json::from_slice(&body.collect_bytes().await?).unwrap_or(Value::Null);
+                let path = parts.uri.path().to_owned();
+                log.lock().unwrap().push((parts.method.to_string(), path.clone(), body.clone()));
+                let mut answer = body.clone();
+                if path.ends_with("/status") {
+                    // A status apply carries only the status; the server answers with the whole object.
+                    answer = serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap();
+                    answer["status"] = body["status"].clone();
+                }
+                let answer = http_body_util::Full::new(bytes::Bytes::from(serde_json::to_vec(&answer).unwrap()));
+                Ok::<_, kube::Error>(http::Response::builder().header("content-type", "application/json").body(answer).unwrap())
+            }
+        });
+        (kube::Client::new(service, "default"), log)
+    }
+
+    /// A store already listed (ready), holding `objects`.
+    fn store<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let mut writer = Writer::default();
+        let reader = writer.as_reader();
+        writer.apply_watcher_event(&Event::Init);
+        for o in objects {
+            writer.apply_watcher_event(&Event::InitApply(o));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        reader
+    }
+
+    /// The objects of kind `plural` the scripted API was asked to apply.
+    fn applied<K: serde::de::DeserializeOwned>(log: &[Recorded], plural: &str) -> Vec<K> {
+        let marker = format!("/{plural}/");
+        let bodies = log.iter().filter(|(m, p, _)| m == "PATCH" && p.contains(&marker) && !p.ends_with("/status"));
+        bodies.map(|(_, _, body)| serde_json::from_value(body.clone()).unwrap()).collect()
+    }
+
+    fn stores_from(log: &[Recorded]) -> ChildStores {
+        ChildStores {
+            pods: store(applied(log, "pods")),
+            services: store(applied(log, "services")),
+            config_maps: store(applied(log, "configmaps")),
+            deployments: store(applied(log, "deployments")),
+            service_accounts: store(applied(log, "serviceaccounts")),
+            roles: store(applied(log, "roles")),
+            role_bindings: store(applied(log, "rolebindings")),
+        }
+    }
+
+    fn qwen() -> Arc<DeserializeGuard<PDDeployment>> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/qwen3-gqa.yaml")).unwrap();
+        let mut pdd: PDDeployment = serde_norway::from_str(&text).unwrap();
+        pdd.metadata.namespace = Some("ns".into());
+        pdd.metadata.uid = Some("uid-1".into());
+        pdd.metadata.generation = Some(1);
+        Arc::new(DeserializeGuard(Ok(pdd)))
+    }
+
+    fn context(client: kube::Client, stores: ChildStores) -> Arc<Context> {
+        let settings = crate::controller::Settings {
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            render: crate::render::RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ns".into() },
+            namespace: None,
+            max_concurrent_reconciles: 1,
+            resync: Duration::from_secs(300),
+            leader_election: None,
+            webhook: None,
+        };
+        Arc::new(Context::new(client, &settings, Arc::new(Metrics::default()), stores))
+    }
+
+    /// What a pass wrote: (method, path) of every request but reads and Events.
+    fn writes(log: &[Recorded]) -> Vec<(String, String)> {
+        log.iter().filter(|(m, p, _)| m != "GET" && !p.contains("/events")).map(|(m, p, _)| (m.clone(), p.clone())).collect()
+    }
+
+    #[tokio::test]
+    async fn a_new_pddeployment_gets_every_rendered_child_in_order_and_a_second_pass_writes_no_child() {
+        let (client, log) = scripted_api();
+        let ctx = context(client, stores_from(&[]));
+        reconcile(qwen(), ctx).await.unwrap();
+        let first = log.lock().unwrap().clone();
+        let written = writes(&first);
+        // Exactly the objects `render` prints, each applied once, plus the status.
+        let pdd = qwen().0.clone().unwrap();
+        let rendered =
+            render::render(&pdd, &crate::model::resolve(&pdd.spec.model, None), &context(scripted_api().0, stores_from(&[])).render)
+                .unwrap();
+        let named = |plural: &'static str, names: Vec<Option<String>>| names.into_iter().map(move |n| (plural.to_owned(), n.unwrap()));
+        let want: BTreeSet<(String, String)> = named("services", rendered.services.iter().map(|o| o.metadata.name.clone()).collect())
+            .chain(named("configmaps", rendered.config_maps.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("serviceaccounts", rendered.service_accounts.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("roles", rendered.roles.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("rolebindings", rendered.role_bindings.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("pods", rendered.pods.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("deployments", rendered.deployments.iter().map(|o| o.metadata.name.clone()).collect()))
+            .collect();
+        let kind_and_name = |path: &str| {
+            let mut parts = path.rsplit('/');
+            let name = parts.next().unwrap().to_owned();
+            (parts.next().unwrap().to_owned(), name)
+        };
+        let children: Vec<(String, String)> =
+            written.iter().filter(|(_, p)| !p.ends_with("/status")).map(|(_, p)| kind_and_name(p)).collect();
+        assert_eq!(children.len(), want.len(), "each child applied once: {children:?}");
+        assert_eq!(children.into_iter().collect::<BTreeSet<_>>(), want);
+        assert_eq!(written.iter().filter(|(m, _)| m != "PATCH").count(), 0, "no creates or deletes but by apply: {written:?}");
+        assert!(written.iter().any(|(_, p)| p.ends_with("/pddeployments/qwen3/status")), "{written:?}");
+        let at = |kind: &str| written.iter().position(|(_, p)| p.contains(&format!("/{kind}/"))).unwrap();
+        assert!(at("roles") < at("rolebindings"), "the RoleBinding goes after its Role: {written:?}");
+        assert!(at("serviceaccounts") < at("pods"), "pods go after their ServiceAccount: {written:?}");
+
+        // The caches now show what was applied: nothing is applied again.
+        let (client, log) = scripted_api();
+        reconcile(qwen(), context(client, stores_from(&first))).await.unwrap();
+        let second = writes(&log.lock().unwrap());
+        assert!(second.iter().all(|(_, p)| p.ends_with("/status")), "children written again: {second:?}");
+    }
+}
