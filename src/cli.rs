@@ -381,11 +381,7 @@ fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfi
     let ns = d.metadata.namespace.as_deref();
     let cm =
         loaded.config_maps.iter().find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && c.metadata.namespace.as_deref() == ns)?;
-    let text = cm.data.as_ref().and_then(|d| d.get(&r.key));
-    Some(match text {
-        Some(t) => HfConfig::parse(t).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key)),
-        None => Err(format!("ConfigMap {} has no key {:?}", r.name, r.key)),
-    })
+    Some(HfConfig::from_config_map(cm, &r.key))
 }
 
 /// Findings for one loaded PDDeployment, including unknown fields and config problems.

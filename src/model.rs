@@ -298,6 +298,16 @@ pub struct HfConfig {
 }
 
 impl HfConfig {
+    /// The config.json under `key` of a ConfigMap (`spec.model.configMapRef`), or what is wrong
+    /// with it, naming the ConfigMap and the key: the one reader for the CLI, the webhook and
+    /// the controller.
+    pub fn from_config_map(cm: &k8s_openapi::api::core::v1::ConfigMap, key: &str) -> Result<Self, String> {
+        let name = format!("{}/{}", cm.metadata.namespace.as_deref().unwrap_or_default(), cm.metadata.name.as_deref().unwrap_or_default());
+        let name = name.trim_start_matches('/');
+        let text = cm.data.as_ref().and_then(|d| d.get(key)).ok_or_else(|| format!("ConfigMap {name} has no key {key:?}"))?;
+        Self::parse(text).map_err(|e| format!("ConfigMap {name} key {key}: {e}"))
+    }
+
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::Json(e.to_string()))?;
         let top = value.as_object().ok_or(ConfigError::NotObject)?;

@@ -300,10 +300,7 @@ async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<R
     let Some(cm) = api.get_opt(&r.name).await? else {
         return Ok(Err(format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name)));
     };
-    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&r.key)) else {
-        return Ok(Err(format!("ConfigMap {} has no key {:?}", r.name, r.key)));
-    };
-    Ok(HfConfig::parse(text).map(Some).map_err(|e| format!("ConfigMap {} key {}: {e}", r.name, r.key)))
+    Ok(HfConfig::from_config_map(&cm, &r.key).map(Some))
 }
 
 /// How long a progress-only status change should wait before it is written; `None`: write now.

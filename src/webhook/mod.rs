@@ -59,8 +59,7 @@ async fn lookup_config(client: &Client, ns: &str, name: &str, key: &str) -> revi
         Ok(Ok(None)) => return Err(format!("ConfigMap {ns}/{name} does not exist")),
         Ok(Ok(Some(cm))) => cm,
     };
-    let text = cm.data.as_ref().and_then(|d| d.get(key)).ok_or_else(|| format!("ConfigMap {ns}/{name} has no key {key:?}"))?;
-    HfConfig::parse(text).map(Some).map_err(|e| format!("ConfigMap {ns}/{name} key {key}: {e}"))
+    HfConfig::from_config_map(&cm, key).map(Some)
 }
 
 /// Bodies past this size are not even drained: the connection is dropped.
