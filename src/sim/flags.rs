@@ -111,7 +111,8 @@ pub struct EngineFlags {
     pub sim_kv_latent_dim: u64,
     /// `--sim-transfer-gbps`: pace every KV transfer (slow-transfer fault); 0 is unpaced.
     pub sim_transfer_gbps: f64,
-    /// `--sim-fault-die-mid-transfer N`: the prefill exits half-way through its N-th transfer.
+    /// `--sim-fault-die-mid-transfer N`: the prefill exits half-way through the N-th pull served
+    /// by any of its ranks (a request moves one pull per decode rank and prefill row).
     pub sim_fault_die_mid_transfer: u64,
     /// `--sim-fault-stall-transfers`: the prefill ranks never answer a pull.
     pub sim_fault_stall_transfers: bool,
