@@ -74,7 +74,7 @@ pub enum SimCommand {
     /// The router: `sglang_router.launch_router`'s argv, serving `/health`.
     Router(PassThroughArgs),
     /// A closed-loop load generator for the serving benchmark (`--target`, `--concurrency`,
-    /// `--requests`, `--max-tokens`, `--prompt-bytes`, `--stream`; `--prefill` with `--bootstrap`
+    /// `--requests`, `--model`, `--max-tokens`, `--prompt-bytes`, `--stream`; `--prefill` with `--bootstrap`
     /// plays the gateway). Prints one JSON line.
     Bench(PassThroughArgs),
 }

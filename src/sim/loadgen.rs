@@ -18,6 +18,7 @@ use super::SimError;
 #[derive(Clone, Debug)]
 struct Config {
     target: String,
+    model: String,
     prefill: Option<String>,
     bootstrap: Option<(String, u16)>,
     concurrency: u64,
@@ -30,6 +31,7 @@ struct Config {
 fn parse(args: &[String]) -> Result<Config, SimError> {
     let mut c = Config {
         target: "127.0.0.1:30000".into(),
+        model: "default".into(),
         prefill: None,
         bootstrap: None,
         concurrency: 8,
@@ -48,6 +50,7 @@ fn parse(args: &[String]) -> Result<Config, SimError> {
         let v = it.next().ok_or_else(|| SimError::Flags(format!("{a} expects a value")))?;
         match a.as_str() {
             "--target" => c.target = v.clone(),
+            "--model" => c.model = v.clone(),
             "--prefill" => c.prefill = Some(v.clone()),
             "--bootstrap" => {
                 let (h, p) = v.rsplit_once(':').ok_or_else(|| bad(a, v))?;
@@ -115,7 +118,7 @@ async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byte
 fn request_body(c: &Config, room: Option<u64>) -> Bytes {
     let prompt: String = "lorem ipsum ".chars().cycle().take(c.prompt_bytes).collect();
     let mut v =
-        json!({"model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": c.max_tokens, "stream": c.stream});
+        json!({"model": c.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": c.max_tokens, "stream": c.stream});
     if let (Some(room), Some((h, p))) = (room, &c.bootstrap) {
         v["bootstrap_host"] = h.as_str().into();
         v["bootstrap_port"] = (*p).into();
