@@ -199,10 +199,11 @@ async fn decode_tokens(engine: &Engine, seed: u64, n: u64, start: Instant, text:
     let stream = !matches!(out, Out::Whole);
     let itl = Duration::from_secs_f64(engine.flags.sim_itl_ms / 1e3);
     let m = &engine.metrics;
-    let mut last = Instant::now();
+    let (mut last, first) = (Instant::now(), Instant::now());
     for i in 0..n {
         if i > 0 && !itl.is_zero() {
-            tokio::time::sleep_until((last + itl).into()).await;
+            // Token i is due i ITLs after the first: timer slack does not add up over a stream.
+            tokio::time::sleep_until((first + itl * i as u32).into()).await;
         }
         let now = Instant::now();
         if i == 0 {
