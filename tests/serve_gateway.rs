@@ -42,14 +42,20 @@ struct Pair {
 
 /// A GQA prefill at TP4 and a decode at TP2: decode rank e reads prefill ranks 2e and 2e+1.
 fn start_pair(prefill_extra: &[&str], env: &[(&str, &str)]) -> Pair {
+    start_pair_with(("4", "2"), &[], prefill_extra, env)
+}
+
+fn start_pair_with(tp: (&str, &str), both: &[&str], prefill_extra: &[&str], env: &[(&str, &str)]) -> Pair {
     let (prefill_http, bootstrap, decode_http) = (free_port(), free_port(), free_port());
     let (ph, b, dh) = (prefill_http.to_string(), bootstrap.to_string(), decode_http.to_string());
     let common = ["--model-path", "sim-model", "--host", "127.0.0.1", "--sim-itl-ms", "2", "--sim-prefill-tokens-per-s", "200000"];
-    let mut pargs = vec!["sim", "prefill", "--tp-size", "4", "--port", &ph, "--disaggregation-bootstrap-port", &b];
+    let mut pargs = vec!["sim", "prefill", "--tp-size", tp.0, "--port", &ph, "--disaggregation-bootstrap-port", &b];
     pargs.extend(common);
+    pargs.extend(both);
     pargs.extend(prefill_extra);
-    let mut dargs = vec!["sim", "decode", "--tp-size", "2", "--port", &dh];
+    let mut dargs = vec!["sim", "decode", "--tp-size", tp.1, "--port", &dh];
     dargs.extend(common);
+    dargs.extend(both);
     let spawn = |name: &str, args: &[&str]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pd-operator"));
         cmd.args(args).env("PD_LOG_LEVEL", "info,pd_operator=debug").envs(env.iter().copied());
@@ -202,4 +208,25 @@ async fn stalled_transfers_time_out_on_both_sides_with_sglangs_texts() {
     assert_eq!((p.0, d.0), (500, 500), "{p:?} {d:?}");
     assert!(message(&d.1).starts_with("Request 21 timed out after 1.0s in KVPoll.WaitingForInput"), "{d:?}");
     assert!(message(&p.1).starts_with("Request 21 timed out after 2.0s in KVPoll.Bootstrapping"), "{p:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mla_decode_reads_one_real_prefill_rank_and_registers_with_the_dummies() {
+    // DeepSeek-V3 by its catalogue name: an MLA pool. Prefill TP8 -> decode TP2: decode rank e
+    // looks up prefill ranks 4e..4e+3; only 4e sends KV (the latent is the same on every rank).
+    let pair = start_pair_with(("8", "2"), &["--model-path", "deepseek-ai/DeepSeek-V3"], &[], &[]);
+    let (p, d) = paired(&pair, 31).await;
+    assert_eq!((p.0, d.0), (200, 200), "{p:?} {d:?}");
+    let prompt_tokens = serde_json::from_str::<Value>(&d.1).unwrap()["usage"]["prompt_tokens"].as_u64().unwrap();
+    let info = get_json(pair.decode_http, "/get_server_info").await;
+    let rows: Vec<(i64, i64, u64)> = info["kv_transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["decode_engine_rank"].as_i64().unwrap(), r["prefill_tp_rank"].as_i64().unwrap(), r["bytes"].as_u64().unwrap()))
+        .collect();
+    // 61 layers x 576 latent x bf16 a token.
+    let latent = prompt_tokens * 61 * 576 * 2;
+    let want: Vec<(i64, i64, u64)> = (0..2).flat_map(|e| (0..4).map(move |k| (e, 4 * e + k, if k == 0 { latent } else { 0 }))).collect();
+    assert_eq!(rows, want);
 }
