@@ -229,4 +229,14 @@ async fn an_mla_decode_reads_one_real_prefill_rank_and_registers_with_the_dummie
     let latent = prompt_tokens * 61 * 576 * 2;
     let want: Vec<(i64, i64, u64)> = (0..2).flat_map(|e| (0..4).map(move |k| (e, 4 * e + k, if k == 0 { latent } else { 0 }))).collect();
     assert_eq!(rows, want);
+    // The prefill's own counters agree: ranks 0 and 4 sent the latent, the others nothing.
+    let sent = get_json(pair.prefill_http, "/get_server_info").await;
+    let by_rank: Vec<(i64, u64)> = sent["kv_sent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["prefill_tp_rank"].as_i64().unwrap(), r["bytes"].as_u64().unwrap()))
+        .collect();
+    let want: Vec<(i64, u64)> = (0..8).map(|t| (t, if t % 4 == 0 { latent } else { 0 })).collect();
+    assert_eq!(by_rank, want);
 }

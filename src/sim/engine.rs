@@ -72,12 +72,14 @@ async fn rank_servers(engine: &Arc<Engine>, t: &Topology, slots: &[RankSlot], si
     for slot in slots {
         let listener = bind("0.0.0.0", 0).await?;
         let port = listener.local_addr().map_err(|source| SimError::Listen { addr: "0.0.0.0:0".into(), source })?.port();
+        let (row, sent_bytes) = (flags::row_of(t, *slot), Arc::new(AtomicU64::new(0)));
+        engine.sent.lock().unwrap_or_else(|p| p.into_inner()).push((row, sent_bytes.clone()));
         let server = Arc::new(RankServer {
-            row: flags::row_of(t, *slot),
+            row,
             rooms: engine.rooms.clone(),
             faults: sender_faults(&engine.flags),
             started: started.clone(),
-            sent_bytes: Arc::new(AtomicU64::new(0)),
+            sent_bytes,
             wait: (engine.flags.node_rank == 0).then_some(engine.bootstrap_timeout),
         });
         let stop = stopped(signal.clone());

@@ -24,6 +24,7 @@ use super::metrics::SimMetrics;
 use super::openai::{self, Api, GenRequest, Meta};
 use super::pd::DecodeSide;
 use super::rooms::Rooms;
+use super::transfer::Row;
 
 /// SGLang's release whose API the stand-in answers with.
 pub const SGLANG_VERSION: &str = "0.5.23";
@@ -58,6 +59,8 @@ pub struct Engine {
     /// How long a prefill waits for the decode to pull (`SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`).
     pub bootstrap_timeout: Duration,
     pub server_info: Value,
+    /// Bytes each of this node's prefill ranks has sent, by bootstrap row.
+    pub sent: std::sync::Mutex<Vec<(Row, Arc<AtomicU64>)>>,
     slots: Arc<Semaphore>,
     prefill_lane: tokio::sync::Mutex<()>,
     kv_tokens: AtomicU64,
@@ -79,6 +82,7 @@ impl Engine {
             decode,
             bootstrap_timeout,
             server_info,
+            sent: std::sync::Mutex::default(),
             slots,
             prefill_lane: tokio::sync::Mutex::new(()),
             kv_tokens: AtomicU64::new(0),
@@ -315,6 +319,11 @@ fn server_info(e: &Engine) -> Value {
             json!([{"num_running_reqs": e.metrics.running.get(), "num_queue_reqs": e.metrics.queued.get()}]),
         );
         o.insert("kv_transfers".into(), e.metrics.pairs_json());
+        let sent = e.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let rows = sent.iter().map(|((dp, cp, tp, pp), b)| {
+            json!({"prefill_dp_rank": dp, "prefill_cp_rank": cp, "prefill_tp_rank": tp, "prefill_pp_rank": pp, "bytes": b.load(Ordering::Relaxed)})
+        });
+        o.insert("kv_sent".into(), Value::Array(rows.collect()));
     }
     v
 }
