@@ -73,6 +73,10 @@ pub enum SimCommand {
     Decode(PassThroughArgs),
     /// The router: `sglang_router.launch_router`'s argv, serving `/health`.
     Router(PassThroughArgs),
+    /// A closed-loop load generator for the serving benchmark (`--target`, `--concurrency`,
+    /// `--requests`, `--model`, `--max-tokens`, `--prompt-bytes`, `--stream`; `--prefill` with `--bootstrap`
+    /// plays the gateway). Prints one JSON line.
+    Bench(PassThroughArgs),
 }
 
 #[derive(Args, Debug)]
@@ -328,13 +332,20 @@ fn run_sidecar(args: RunArgs) -> ExitCode {
     code
 }
 
+enum SimKind {
+    Engine,
+    Router,
+    Bench,
+}
+
 fn run_sim(cmd: SimCommand) -> ExitCode {
     use crate::sim::engine;
-    let (router, args) = match cmd {
-        SimCommand::Engine(a) => (false, a.args),
-        SimCommand::Prefill(a) => (false, [vec!["--disaggregation-mode".into(), "prefill".into()], a.args].concat()),
-        SimCommand::Decode(a) => (false, [vec!["--disaggregation-mode".into(), "decode".into()], a.args].concat()),
-        SimCommand::Router(a) => (true, a.args),
+    let (kind, args) = match cmd {
+        SimCommand::Engine(a) => (SimKind::Engine, a.args),
+        SimCommand::Prefill(a) => (SimKind::Engine, [vec!["--disaggregation-mode".into(), "prefill".into()], a.args].concat()),
+        SimCommand::Decode(a) => (SimKind::Engine, [vec!["--disaggregation-mode".into(), "decode".into()], a.args].concat()),
+        SimCommand::Router(a) => (SimKind::Router, a.args),
+        SimCommand::Bench(a) => (SimKind::Bench, a.args),
     };
     let rt = match runtime() {
         Ok(rt) => rt,
@@ -347,7 +358,11 @@ fn run_sim(cmd: SimCommand) -> ExitCode {
             tracing::info!("shutdown signal received; the stand-in stops");
             let _ = tx.send(true);
         });
-        if router { engine::run_router(&args, rx).await } else { engine::run_engine(&args, rx).await }
+        match kind {
+            SimKind::Engine => engine::run_engine(&args, rx).await,
+            SimKind::Router => engine::run_router(&args, rx).await,
+            SimKind::Bench => crate::sim::loadgen::run(&args).await,
+        }
     });
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {

@@ -1,21 +1,25 @@
 //! Runs a stand-in engine (prefill or decode) or router until shutdown.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::future::join_all;
 use rand::Rng;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use super::SimError;
 use super::bootstrap::{self, Registry};
 use super::flags::{self, EngineFlags, RankSlot, Topology};
+use super::kv::KvGeometry;
+use super::pd::DecodeSide;
+use super::rooms::Rooms;
+use super::serve::{self, Engine, Role};
+use super::transfer::{RankServer, SenderFaults};
 use crate::http_client;
 
 /// SGLang's registration client: 5 attempts, 5 s each, backoff min(2^k s, 30 s) x [0.75, 1).
@@ -38,16 +42,6 @@ async fn stopped(mut signal: ShutdownSignal) {
     }
 }
 
-/// The engine's HTTP API, reduced to what probes and the router ask.
-fn api_router(flags: &EngineFlags) -> Router {
-    let info = json!({"model_path": flags.model_path, "is_generation": true, "disaggregation_mode": flags.mode});
-    Router::new()
-        .route("/health", get(|| async { StatusCode::OK }))
-        .route("/health_generate", get(|| async { StatusCode::OK }))
-        .route("/get_model_info", get(move || async move { axum::Json(info) }))
-        .fallback(|| async { (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, bootstrap::TEXT)], "404: Not Found").into_response() })
-}
-
 /// `rank_ip` as SGLang picks it: `SGLANG_HOST_IP`, else `HOST_IP`, else the address of the
 /// interface that routes outwards (no packet is sent), else loopback.
 fn rank_ip() -> String {
@@ -63,17 +57,36 @@ fn rank_ip() -> String {
     })
 }
 
-/// Opens one listener per rank (a real rank's ZMQ socket); connections are accepted and dropped.
-async fn rank_listeners(count: usize, signal: &ShutdownSignal) -> Result<Vec<u16>, SimError> {
-    let mut ports = Vec::with_capacity(count);
-    for _ in 0..count {
+fn sender_faults(f: &EngineFlags) -> SenderFaults {
+    SenderFaults {
+        die_at_transfer: f.sim_fault_die_mid_transfer,
+        bytes_per_s: f.sim_transfer_gbps * 1e9,
+        stall: f.sim_fault_stall_transfers,
+    }
+}
+
+/// Opens one listener per rank (a real rank's ZMQ socket), each serving KV pulls for its row.
+async fn rank_servers(engine: &Arc<Engine>, t: &Topology, slots: &[RankSlot], signal: &ShutdownSignal) -> Result<Vec<u16>, SimError> {
+    let mut ports = Vec::with_capacity(slots.len());
+    let started = Arc::new(AtomicU64::new(0));
+    for slot in slots {
         let listener = bind("0.0.0.0", 0).await?;
         let port = listener.local_addr().map_err(|source| SimError::Listen { addr: "0.0.0.0:0".into(), source })?.port();
+        let (row, sent_bytes) = (flags::row_of(t, *slot), Arc::new(AtomicU64::new(0)));
+        engine.sent.lock().unwrap_or_else(|p| p.into_inner()).push((row, sent_bytes.clone()));
+        let server = Arc::new(RankServer {
+            row,
+            rooms: engine.rooms.clone(),
+            faults: sender_faults(&engine.flags),
+            started: started.clone(),
+            sent_bytes,
+            wait: (engine.flags.node_rank == 0).then_some(engine.bootstrap_timeout),
+        });
         let stop = stopped(signal.clone());
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop => {}
-                _ = async { loop { let _ = listener.accept().await; } } => {}
+                _ = server.serve(listener) => {}
             }
         });
         ports.push(port);
@@ -110,7 +123,8 @@ async fn registration_target(f: &EngineFlags) -> String {
     }
 }
 
-async fn run_prefill(f: &EngineFlags, t: Topology, signal: ShutdownSignal) -> Result<(), SimError> {
+async fn run_prefill(engine: Arc<Engine>, t: Topology, signal: ShutdownSignal) -> Result<(), SimError> {
+    let f = &engine.flags;
     let mut tasks = Vec::new();
     if f.node_rank == 0 && f.sim_bootstrap_server {
         let listener = bind(&f.host, f.bootstrap_port).await?;
@@ -123,7 +137,7 @@ async fn run_prefill(f: &EngineFlags, t: Topology, signal: ShutdownSignal) -> Re
         }));
     }
     let slots: Vec<RankSlot> = flags::node_share(&flags::rank_slots(&t), f.nnodes, f.node_rank);
-    let ports = rank_listeners(slots.len(), &signal).await?;
+    let ports = rank_servers(&engine, &t, &slots, &signal).await?;
     let ip = rank_ip();
     let sent = slots.len().saturating_sub(f.sim_hold_registrations);
     let target = registration_target(f).await;
@@ -134,17 +148,24 @@ async fn run_prefill(f: &EngineFlags, t: Topology, signal: ShutdownSignal) -> Re
         let ok = registrations.await.into_iter().filter(|ok| *ok).count();
         info!(registered = ok, "prefill ranks registered");
     });
-    serve_api(f, signal, tasks).await
+    serve_api(engine.clone(), signal, tasks).await
 }
 
 async fn serve_api(
-    f: &EngineFlags,
+    engine: Arc<Engine>,
     signal: ShutdownSignal,
     mut tasks: Vec<tokio::task::JoinHandle<Result<(), SimError>>>,
 ) -> Result<(), SimError> {
+    let f = &engine.flags;
     if f.node_rank == 0 {
         let listener = bind(&f.host, f.port).await?;
-        let app = api_router(f);
+        let app = serve::router(engine.clone());
+        let keeper = tokio::spawn(serve::housekeeping(engine.clone()));
+        let stop_keeper = stopped(signal.clone());
+        tokio::spawn(async move {
+            stop_keeper.await;
+            keeper.abort();
+        });
         let stop = stopped(signal.clone());
         let addr = http_client::host_port(&f.host, f.port);
         tasks.push(tokio::spawn(async move {
@@ -160,6 +181,31 @@ async fn serve_api(
     Ok(())
 }
 
+/// What `/get_server_info` reports: SGLang's resolved flags plus the stand-in's model.
+fn server_info(f: &EngineFlags, t: &Topology, g: &KvGeometry) -> Value {
+    json!({
+        "model_path": f.model_path, "served_model_name": flags::served_name(f), "disaggregation_mode": f.mode,
+        "disaggregation_bootstrap_port": f.bootstrap_port, "tp_size": t.tp, "dp_size": t.dp, "attn_dp_size": t.attn_dp,
+        "attn_cp_size": t.attn_cp, "pp_size": t.pp, "dcp_size": f.dcp, "page_size": flags::advertised_page_size(f),
+        "kv_cache_dtype": flags::advertised_kv_dtype(f), "max_running_requests": f.max_running_requests,
+        "load_balance_method": f.load_balance_method, "nnodes": f.nnodes, "node_rank": f.node_rank,
+        "sim": {
+            "prefill_tokens_per_s": f.sim_prefill_tokens_per_s, "itl_ms": f.sim_itl_ms,
+            "kv_pool": format!("{:?}", g.pool), "num_layers": g.layers, "num_kv_heads": g.kv_heads, "head_dim": g.head_dim,
+            "kv_latent_dim": g.latent_dim, "dtype_bits": g.dtype_bits, "kv_bytes_per_token": g.bytes_per_token(),
+        },
+    })
+}
+
+fn role_of(mode: &str) -> Result<Role, SimError> {
+    match mode {
+        "prefill" => Ok(Role::Prefill),
+        "decode" => Ok(Role::Decode),
+        "null" => Ok(Role::Unified),
+        other => Err(SimError::Flags(format!("--disaggregation-mode must be null, prefill or decode, got {other:?}"))),
+    }
+}
+
 /// Runs an engine stand-in with SGLang's argv until `signal` turns true.
 pub async fn run_engine(args: &[String], signal: ShutdownSignal) -> Result<(), SimError> {
     let f = EngineFlags::parse(args)?;
@@ -167,10 +213,20 @@ pub async fn run_engine(args: &[String], signal: ShutdownSignal) -> Result<(), S
         info!(flags = ?f.ignored, "flags the stand-in does not model are ignored");
     }
     let t = flags::resolve(&f)?;
-    match f.mode.as_str() {
-        "prefill" => run_prefill(&f, t, signal).await,
-        "decode" => serve_api(&f, signal, Vec::new()).await,
-        other => Err(SimError::Flags(format!("--disaggregation-mode must be prefill or decode for the stand-in, got {other:?}"))),
+    let role = role_of(&f.mode)?;
+    let geometry = flags::kv_geometry(&f)?;
+    let decode = match role {
+        Role::Decode => {
+            let waiting = serve::env_secs("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300.0);
+            Some(DecodeSide::new(flags::decode_topology(&f, &t)?, geometry, f.bootstrap_port, waiting))
+        }
+        _ => None,
+    };
+    let info = server_info(&f, &t, &geometry);
+    let engine = Arc::new(Engine::new(role, f, decode, Arc::new(Rooms::default()), info));
+    match role {
+        Role::Prefill => run_prefill(engine, t, signal).await,
+        _ => serve_api(engine, signal, Vec::new()).await,
     }
 }
 

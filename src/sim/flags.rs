@@ -5,6 +5,9 @@
 use serde_json::{Value, json};
 
 use super::SimError;
+use super::kv::{self, KvGeometry};
+use crate::handshake::core::{DecodeTopology, PoolKind};
+use crate::model::KvPool;
 
 /// Flags that take a value; the first name is canonical, the rest are SGLang's aliases.
 const VALUE_FLAGS: &[&[&str]] = &[
@@ -31,8 +34,37 @@ const VALUE_FLAGS: &[&[&str]] = &[
     &["--sim-kv-cache-dtype"],
     &["--sim-hold-registrations"],
     &["--sim-bootstrap-server"],
+    &["--max-running-requests"],
+    &["--sim-prefill-tokens-per-s"],
+    &["--sim-itl-ms"],
+    &["--sim-kv-pool"],
+    &["--sim-num-layers"],
+    &["--sim-num-kv-heads"],
+    &["--sim-head-dim"],
+    &["--sim-kv-latent-dim"],
+    &["--sim-transfer-gbps"],
+    &["--sim-fault-die-mid-transfer"],
 ];
-const SWITCHES: &[&str] = &["--enable-dp-attention", "--enable-kv-cache-sharding", "--enable-dsa-cache-layer-split"];
+const SWITCHES: &[&str] =
+    &["--enable-dp-attention", "--enable-kv-cache-sharding", "--enable-dsa-cache-layer-split", "--sim-fault-stall-transfers"];
+
+/// Defaults of the timing model and the stand-in model's KV geometry (one place).
+pub mod defaults {
+    /// Prefill throughput of one instance, tokens per second (an H100-class prefill).
+    pub const PREFILL_TOKENS_PER_S: f64 = 20_000.0;
+    /// Decode inter-token latency, milliseconds.
+    pub const ITL_MS: f64 = 20.0;
+    /// SGLang derives `--max-running-requests` from memory; the stand-in takes a fixed window.
+    pub const MAX_RUNNING_REQUESTS: u64 = 256;
+    /// KV pool capacity in tokens, for `sglang:token_usage`.
+    pub const KV_CAPACITY_TOKENS: u64 = 1 << 20;
+    /// GQA geometry (Llama-3-8B-like) and MLA latent (DeepSeek-V3: 512 + 64).
+    pub const LAYERS: u64 = 32;
+    pub const KV_HEADS: u64 = 8;
+    pub const HEAD_DIM: u64 = 128;
+    pub const MLA_LAYERS: u64 = 61;
+    pub const KV_LATENT_DIM: u64 = 576;
+}
 
 /// The engine's flags after SGLang's defaults.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +97,25 @@ pub struct EngineFlags {
     pub sim_hold_registrations: usize,
     /// `--sim-bootstrap-server false`: register only, serve no bootstrap server.
     pub sim_bootstrap_server: bool,
+    pub served_model_name: Option<String>,
+    pub max_running_requests: u64,
+    /// `--sim-prefill-tokens-per-s`: prefill throughput; 0 computes instantly.
+    pub sim_prefill_tokens_per_s: f64,
+    /// `--sim-itl-ms`: decode inter-token latency; 0 streams as fast as possible.
+    pub sim_itl_ms: f64,
+    /// `--sim-kv-pool mla|hybrid_mla|mha`: the KV pool kind (default: from the model catalogue).
+    pub sim_kv_pool: Option<String>,
+    pub sim_num_layers: Option<u64>,
+    pub sim_num_kv_heads: u64,
+    pub sim_head_dim: u64,
+    pub sim_kv_latent_dim: u64,
+    /// `--sim-transfer-gbps`: pace every KV transfer (slow-transfer fault); 0 is unpaced.
+    pub sim_transfer_gbps: f64,
+    /// `--sim-fault-die-mid-transfer N`: the prefill exits half-way through the N-th pull served
+    /// by any of its ranks (a request moves one pull per decode rank and prefill row).
+    pub sim_fault_die_mid_transfer: u64,
+    /// `--sim-fault-stall-transfers`: the prefill ranks never answer a pull.
+    pub sim_fault_stall_transfers: bool,
     /// Flags the stand-in does not model; they are logged and otherwise ignored.
     pub ignored: Vec<String>,
 }
@@ -97,6 +148,18 @@ impl Default for EngineFlags {
             sim_kv_cache_dtype: None,
             sim_hold_registrations: 0,
             sim_bootstrap_server: true,
+            served_model_name: None,
+            max_running_requests: defaults::MAX_RUNNING_REQUESTS,
+            sim_prefill_tokens_per_s: defaults::PREFILL_TOKENS_PER_S,
+            sim_itl_ms: defaults::ITL_MS,
+            sim_kv_pool: None,
+            sim_num_layers: None,
+            sim_num_kv_heads: defaults::KV_HEADS,
+            sim_head_dim: defaults::HEAD_DIM,
+            sim_kv_latent_dim: defaults::KV_LATENT_DIM,
+            sim_transfer_gbps: 0.0,
+            sim_fault_die_mid_transfer: 0,
+            sim_fault_stall_transfers: false,
             ignored: Vec::new(),
         }
     }
@@ -104,6 +167,13 @@ impl Default for EngineFlags {
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, SimError> {
     v.parse().map_err(|_| SimError::Flags(format!("{flag} expects an integer, got {v:?}")))
+}
+
+fn non_negative(flag: &str, v: &str) -> Result<f64, SimError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
+        .ok_or_else(|| SimError::Flags(format!("{flag} expects a non-negative number, got {v:?}")))
 }
 
 impl EngineFlags {
@@ -121,6 +191,7 @@ impl EngineFlags {
                 match name {
                     "--enable-dp-attention" => f.enable_dp_attention = true,
                     "--enable-kv-cache-sharding" => f.enable_kv_cache_sharding = true,
+                    "--sim-fault-stall-transfers" => f.sim_fault_stall_transfers = true,
                     _ => f.enable_dsa_cache_layer_split = true,
                 }
                 i += 1;
@@ -169,7 +240,22 @@ impl EngineFlags {
             "--node-rank" => self.node_rank = number(flag, v)?,
             "--load-balance-method" => self.load_balance_method = v.to_owned(),
             "--model-path" => self.model_path = v.to_owned(),
-            "--served-model-name" => {}
+            "--served-model-name" => self.served_model_name = Some(v.to_owned()),
+            "--max-running-requests" => self.max_running_requests = number(flag, v)?,
+            "--sim-prefill-tokens-per-s" => self.sim_prefill_tokens_per_s = non_negative(flag, v)?,
+            "--sim-itl-ms" => self.sim_itl_ms = non_negative(flag, v)?,
+            "--sim-kv-pool" => {
+                if !["mla", "hybrid_mla", "mha"].contains(&v) {
+                    return Err(SimError::Flags(format!("--sim-kv-pool expects mla, hybrid_mla or mha, got {v:?}")));
+                }
+                self.sim_kv_pool = Some(v.to_owned());
+            }
+            "--sim-num-layers" => self.sim_num_layers = Some(number(flag, v)?),
+            "--sim-num-kv-heads" => self.sim_num_kv_heads = number(flag, v)?,
+            "--sim-head-dim" => self.sim_head_dim = number(flag, v)?,
+            "--sim-kv-latent-dim" => self.sim_kv_latent_dim = number(flag, v)?,
+            "--sim-transfer-gbps" => self.sim_transfer_gbps = non_negative(flag, v)?,
+            "--sim-fault-die-mid-transfer" => self.sim_fault_die_mid_transfer = number(flag, v)?,
             "--sim-page-size" => self.sim_page_size = Some(number(flag, v)?),
             "--sim-kv-cache-dtype" => self.sim_kv_cache_dtype = Some(v.to_owned()),
             "--sim-hold-registrations" => self.sim_hold_registrations = number(flag, v)?,
@@ -264,11 +350,21 @@ fn resolved_load_balance(f: &EngineFlags) -> &str {
     if f.load_balance_method == "auto" { "follow_bootstrap_room" } else { &f.load_balance_method }
 }
 
+/// A scheduler process's attention ranks `(tp, cp, dp)`: inside a TP group the layout is
+/// (dp, cp, tp), tp fastest (spec §4.1).
+pub fn attention_ranks(t: &Topology, slot: RankSlot) -> (i64, i64, i64) {
+    (slot.tp_rank % t.attn_tp, (slot.tp_rank / t.attn_tp) % t.attn_cp, slot.tp_rank / (t.attn_tp * t.attn_cp))
+}
+
+/// The bootstrap row `(dp group, cp, tp, pp)` a scheduler process registers under.
+pub fn row_of(t: &Topology, slot: RankSlot) -> (i64, i64, i64, i64) {
+    let (tp, cp, dp) = attention_ranks(t, slot);
+    (if t.dp == 1 { dp } else { slot.replica }, cp, tp, slot.pp_rank)
+}
+
 /// The `PUT /route` body of one scheduler process: SGLang's 21 keys in SGLang's order.
 pub fn registration_body(f: &EngineFlags, t: &Topology, slot: RankSlot, rank_ip: &str, rank_port: u16) -> Value {
-    let a_tp = slot.tp_rank % t.attn_tp;
-    let a_cp = (slot.tp_rank / t.attn_tp) % t.attn_cp;
-    let a_dp = slot.tp_rank / (t.attn_tp * t.attn_cp);
+    let (a_tp, a_cp, a_dp) = attention_ranks(t, slot);
     json!({
         "attn_tp_size": t.attn_tp,
         "attn_tp_rank": a_tp,
@@ -309,6 +405,54 @@ pub fn registration_host(f: &EngineFlags) -> String {
         "::" => "::1".into(),
         h => h.to_owned(),
     }
+}
+
+/// The KV pool kind: `--sim-kv-pool`, else what the model catalogue says of `--model-path`.
+pub fn kv_pool(f: &EngineFlags) -> PoolKind {
+    match f.sim_kv_pool.as_deref() {
+        Some("mla") => PoolKind::Mla,
+        Some("hybrid_mla") => PoolKind::HybridMla,
+        Some(_) => PoolKind::Mha,
+        None => {
+            let spec = crate::api::ModelSpec { path: f.model_path.clone(), ..Default::default() };
+            match crate::model::resolve(&spec, None).pool() {
+                Some(KvPool::Mla) => PoolKind::Mla,
+                Some(KvPool::HybridMla) => PoolKind::HybridMla,
+                _ => PoolKind::Mha,
+            }
+        }
+    }
+}
+
+/// The stand-in model's KV geometry from the flags.
+pub fn kv_geometry(f: &EngineFlags) -> Result<KvGeometry, SimError> {
+    let pool = kv_pool(f);
+    let dtype_bits = kv::dtype_bits(&f.kv_cache_dtype)
+        .ok_or_else(|| SimError::Flags(format!("--kv-cache-dtype {:?} has no element size the stand-in knows", f.kv_cache_dtype)))?;
+    let layers = f.sim_num_layers.unwrap_or(if pool == PoolKind::Mha { defaults::LAYERS } else { defaults::MLA_LAYERS });
+    Ok(KvGeometry { pool, layers, kv_heads: f.sim_num_kv_heads, head_dim: f.sim_head_dim, latent_dim: f.sim_kv_latent_dim, dtype_bits })
+}
+
+/// The decode's own side of the handshake, as its scheduler processes would see it.
+pub fn decode_topology(f: &EngineFlags, t: &Topology) -> Result<DecodeTopology, SimError> {
+    let pool = match kv_pool(f) {
+        PoolKind::Mla => "mla",
+        PoolKind::HybridMla => "hybrid_mla",
+        PoolKind::Mha => "mha",
+    };
+    let all_cp = std::env::var("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER")
+        .is_ok_and(|v| ["true", "1", "yes", "y"].contains(&v.to_ascii_lowercase().as_str()));
+    DecodeTopology::parse(&json!({
+        "attn_tp_size": t.attn_tp, "attn_cp_size": t.attn_cp, "pp_size": t.pp, "dcp_size": f.dcp,
+        "page_size": advertised_page_size(f), "kv_cache_dtype": advertised_kv_dtype(f), "kv_pool": pool,
+        "all_cp_ranks_transfer": all_cp, "decode_allocation_policy": f.decode_allocation_policy,
+    }))
+    .map_err(|e| SimError::Flags(e.to_string()))
+}
+
+/// The name the engine answers under (`--served-model-name`, else `--model-path`).
+pub fn served_name(f: &EngineFlags) -> String {
+    f.served_model_name.clone().unwrap_or_else(|| if f.model_path.is_empty() { "default".into() } else { f.model_path.clone() })
 }
 
 #[cfg(test)]

@@ -1,10 +1,21 @@
-//! `pd-operator sim`: a GPU-free stand-in for SGLang engines and the router. A prefill serves a
-//! bootstrap server that answers like SGLang 0.5.23's and registers one row per rank, each with a
-//! listening port; a decode and the router serve their health endpoints.
+//! `pd-operator sim`: a GPU-free stand-in for SGLang engines and the router. Engines serve
+//! SGLang 0.5.23's API (generation, info, health, metrics) under a timing model. A prefill serves a
+//! bootstrap server that answers like SGLang's and registers one row per rank, each with a TCP port
+//! that serves the KV of the rooms it computed; a decode resolves the prefill with the handshake
+//! core and has every decode rank pull its share of the KV from the prefill ranks its rank map
+//! names, checksummed, before it streams tokens.
 
 pub mod bootstrap;
 pub mod engine;
 pub mod flags;
+pub mod kv;
+pub mod loadgen;
+pub mod metrics;
+pub mod openai;
+pub mod pd;
+pub mod rooms;
+pub mod serve;
+pub mod transfer;
 
 use thiserror::Error;
 

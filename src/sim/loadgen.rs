@@ -1,0 +1,180 @@
+//! `pd-operator sim bench`: a closed-loop load generator for the serving benchmark. `C` workers
+//! each keep one connection and send chat completions back to back; streamed answers are timed
+//! per event (TTFT, ITL). With `--prefill` and `--bootstrap` it plays the gateway itself: the same
+//! stamped body goes to the prefill and the decode at once. Prints one JSON line.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use super::SimError;
+
+#[derive(Clone, Debug)]
+struct Config {
+    target: String,
+    model: String,
+    prefill: Option<String>,
+    bootstrap: Option<(String, u16)>,
+    concurrency: u64,
+    requests: u64,
+    max_tokens: u64,
+    prompt_bytes: usize,
+    stream: bool,
+}
+
+fn parse(args: &[String]) -> Result<Config, SimError> {
+    let mut c = Config {
+        target: "127.0.0.1:30000".into(),
+        model: "default".into(),
+        prefill: None,
+        bootstrap: None,
+        concurrency: 8,
+        requests: 1000,
+        max_tokens: 16,
+        prompt_bytes: 64,
+        stream: false,
+    };
+    let mut it = args.iter();
+    let bad = |f: &str, v: &str| SimError::Flags(format!("{f}: bad value {v:?}"));
+    while let Some(a) = it.next() {
+        if a == "--stream" {
+            c.stream = true;
+            continue;
+        }
+        let v = it.next().ok_or_else(|| SimError::Flags(format!("{a} expects a value")))?;
+        match a.as_str() {
+            "--target" => c.target = v.clone(),
+            "--model" => c.model = v.clone(),
+            "--prefill" => c.prefill = Some(v.clone()),
+            "--bootstrap" => {
+                let (h, p) = v.rsplit_once(':').ok_or_else(|| bad(a, v))?;
+                c.bootstrap = Some((h.to_owned(), p.parse().map_err(|_| bad(a, v))?));
+            }
+            "--concurrency" => c.concurrency = v.parse().map_err(|_| bad(a, v))?,
+            "--requests" => c.requests = v.parse().map_err(|_| bad(a, v))?,
+            "--max-tokens" => c.max_tokens = v.parse().map_err(|_| bad(a, v))?,
+            "--prompt-bytes" => c.prompt_bytes = v.parse().map_err(|_| bad(a, v))?,
+            _ => return Err(SimError::Flags(format!("unknown flag {a}"))),
+        }
+    }
+    if c.prefill.is_some() != c.bootstrap.is_some() {
+        return Err(SimError::Flags("--prefill and --bootstrap go together".into()));
+    }
+    Ok(c)
+}
+
+#[derive(Default)]
+struct Sample {
+    ok: bool,
+    ttft: f64,
+    itl: Vec<f64>,
+    e2e: f64,
+}
+
+async fn connect(addr: &str) -> Option<SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let _ = stream.set_nodelay(true);
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(conn);
+    Some(sender)
+}
+
+/// One request on `conn` (reconnecting when needed); event times are recorded for streams.
+async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes, timed: bool) -> Sample {
+    let start = Instant::now();
+    if conn.as_ref().is_none_or(|c| c.is_closed()) {
+        *conn = connect(addr).await;
+    }
+    let Some(sender) = conn.as_mut() else { return Sample::default() };
+    let req = hyper::Request::post("/v1/chat/completions")
+        .header(hyper::header::HOST, addr)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body));
+    let Ok(req) = req else { return Sample::default() };
+    let Ok(resp) = sender.send_request(req).await else {
+        *conn = None;
+        return Sample::default();
+    };
+    let ok = resp.status().is_success();
+    let (mut body, mut events) = (resp.into_body(), Vec::new());
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return Sample::default() };
+        if let (true, Ok(data)) = (timed, frame.into_data()) {
+            let at = start.elapsed().as_secs_f64();
+            let n = data.windows(11).filter(|w| *w == b"\"content\":\"").count();
+            events.extend(std::iter::repeat_n(at, n));
+        }
+    }
+    let itl = events.windows(2).map(|w| w[1] - w[0]).collect();
+    Sample { ok, ttft: events.first().copied().unwrap_or_default(), itl, e2e: start.elapsed().as_secs_f64() }
+}
+
+fn request_body(c: &Config, room: Option<u64>) -> Bytes {
+    let prompt: String = "lorem ipsum ".chars().cycle().take(c.prompt_bytes).collect();
+    let mut v =
+        json!({"model": c.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": c.max_tokens, "stream": c.stream});
+    if let (Some(room), Some((h, p))) = (room, &c.bootstrap) {
+        v["bootstrap_host"] = h.as_str().into();
+        v["bootstrap_port"] = (*p).into();
+        v["bootstrap_room"] = room.into();
+    }
+    Bytes::from(v.to_string())
+}
+
+async fn worker(c: Arc<Config>, next: Arc<AtomicU64>, out: Arc<Mutex<Vec<Sample>>>) {
+    let (mut main, mut pre) = (None, None);
+    while next.fetch_add(1, Ordering::Relaxed) < c.requests {
+        let sample = match &c.prefill {
+            None => one(&mut main, &c.target, request_body(&c, None), c.stream).await,
+            Some(p) => {
+                let body = request_body(&c, Some(rand::random::<u64>() >> 1));
+                let (d, pf) = tokio::join!(one(&mut main, &c.target, body.clone(), c.stream), one(&mut pre, p, body, false));
+                Sample { ok: d.ok && pf.ok, ..d }
+            }
+        };
+        out.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
+    }
+}
+
+fn pct(v: &mut [f64], p: usize) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * p / 100).min(v.len() - 1)]
+}
+
+fn report(c: &Config, samples: &[Sample], secs: f64) -> Value {
+    let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok).collect();
+    let mut ttft: Vec<f64> = ok.iter().map(|s| s.ttft).collect();
+    let mut itl: Vec<f64> = ok.iter().flat_map(|s| s.itl.iter().copied()).collect();
+    let mut e2e: Vec<f64> = ok.iter().map(|s| s.e2e).collect();
+    let ms = |x: f64| (x * 1e5).round() / 1e2;
+    json!({
+        "concurrency": c.concurrency, "requests": samples.len(), "failed": samples.len() - ok.len(), "stream": c.stream,
+        "max_tokens": c.max_tokens, "prompt_bytes": c.prompt_bytes, "seconds": (secs * 1e3).round() / 1e3,
+        "requests_per_s": (ok.len() as f64 / secs * 10.0).round() / 10.0,
+        "ttft_ms_p50": ms(pct(&mut ttft, 50)), "ttft_ms_p99": ms(pct(&mut ttft, 99)),
+        "itl_ms_p50": ms(pct(&mut itl, 50)), "itl_ms_p99": ms(pct(&mut itl, 99)),
+        "e2e_ms_p50": ms(pct(&mut e2e, 50)), "e2e_ms_p99": ms(pct(&mut e2e, 99)),
+    })
+}
+
+/// Runs the load and prints the summary line.
+pub async fn run(args: &[String]) -> Result<(), SimError> {
+    let c = Arc::new(parse(args)?);
+    let (next, out) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let start = Instant::now();
+    let workers: Vec<_> = (0..c.concurrency.max(1)).map(|_| tokio::spawn(worker(c.clone(), next.clone(), out.clone()))).collect();
+    futures::future::join_all(workers).await;
+    let secs = start.elapsed().as_secs_f64();
+    let samples = std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
+    println!("{}", report(&c, &samples, secs));
+    Ok(())
+}
