@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test chaos image-test e2e-kind tools build lint crd
+.PHONY: demo demo-down test chaos image-test e2e-kind tools build lint crd bench-serving
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -20,6 +20,9 @@ image-test:      ## build the image from the Dockerfile offline (local bases) an
 
 e2e-kind:        ## kind cluster from an offline-built node image; chart, webhook and handshake on real pods
 	hack/kind-e2e.sh
+
+bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopback: TTFT/ITL/req/s, KV GB/s
+	hack/bench-serving.sh
 
 tools:           ## build the pinned Kubernetes test tooling into the cache
 	hack/tools.sh
