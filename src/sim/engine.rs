@@ -233,7 +233,7 @@ pub async fn run_engine(args: &[String], signal: ShutdownSignal) -> Result<(), S
 /// The router stand-in: `sglang_router.launch_router`'s argv, serving `/health` on `--port`.
 pub async fn run_router(args: &[String], signal: ShutdownSignal) -> Result<(), SimError> {
     let mut host = "127.0.0.1".to_owned();
-    let mut port: u16 = 30000;
+    let mut port: u16 = crate::api::DEFAULT_HTTP_PORT;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {

@@ -124,7 +124,7 @@ impl Default for EngineFlags {
     fn default() -> Self {
         Self {
             mode: "null".into(),
-            bootstrap_port: 8998,
+            bootstrap_port: crate::api::DEFAULT_BOOTSTRAP_PORT,
             decode_allocation_policy: "early".into(),
             tp: 1,
             dp: 1,
@@ -135,7 +135,7 @@ impl Default for EngineFlags {
             page_size: None,
             kv_cache_dtype: "auto".into(),
             host: "127.0.0.1".into(),
-            port: 30000,
+            port: crate::api::DEFAULT_HTTP_PORT,
             dist_init_addr: None,
             nnodes: 1,
             node_rank: 0,

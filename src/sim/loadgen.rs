@@ -30,7 +30,7 @@ struct Config {
 
 fn parse(args: &[String]) -> Result<Config, SimError> {
     let mut c = Config {
-        target: "127.0.0.1:30000".into(),
+        target: format!("127.0.0.1:{}", crate::api::DEFAULT_HTTP_PORT),
         model: "default".into(),
         prefill: None,
         bootstrap: None,
