@@ -323,7 +323,7 @@ fn run_sidecar(args: RunArgs) -> ExitCode {
                 Err(e) => input_error(e),
             };
         }
-        match sidecar::run(cfg, crate::shutdown::signal()).await {
+        match sidecar::run(cfg, crate::shutdown::token("the handshake sidecar").cancelled_owned()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => input_error(e),
         }
@@ -352,15 +352,10 @@ fn run_sim(cmd: SimCommand) -> ExitCode {
         Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
     };
     let result = rt.block_on(async move {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            crate::shutdown::signal().await;
-            tracing::info!("shutdown signal received; the stand-in stops");
-            let _ = tx.send(true);
-        });
+        let stop = crate::shutdown::token("the stand-in");
         match kind {
-            SimKind::Engine => engine::run_engine(&args, rx).await,
-            SimKind::Router => engine::run_router(&args, rx).await,
+            SimKind::Engine => engine::run_engine(&args, stop).await,
+            SimKind::Router => engine::run_router(&args, stop).await,
             SimKind::Bench => crate::sim::loadgen::run(&args).await,
         }
     });

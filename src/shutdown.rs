@@ -17,3 +17,16 @@ pub async fn signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+/// A token cancelled on the first SIGTERM or SIGINT: the one stop signal a process hands to its
+/// servers and loops. `what` names the process in the log line. Call it inside the runtime.
+pub fn token(what: &'static str) -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        signal().await;
+        tracing::info!("shutdown signal received; {what} stops");
+        cancel.cancel();
+    });
+    token
+}

@@ -498,15 +498,7 @@ async fn watch_the_watches(
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let stop = CancellationToken::new();
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            crate::shutdown::signal().await;
-            info!("shutdown signal received");
-            stop.cancel();
-        }
-    });
+    let stop = crate::shutdown::token("the controller");
     let liveness = Arc::new(watchdog::Liveness::default());
     let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
     let admin_state =

@@ -26,20 +26,16 @@ use crate::http_client;
 const REGISTER_ATTEMPTS: u32 = 5;
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A cloneable shutdown signal shared by the servers of one process: true once stopping.
-pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
+/// The stop signal shared by the servers of one process (`shutdown::token`).
+pub type ShutdownSignal = tokio_util::sync::CancellationToken;
 
 async fn bind(host: &str, port: u16) -> Result<TcpListener, SimError> {
     let addr = http_client::host_port(host, port);
     TcpListener::bind(&addr).await.map_err(|source| SimError::Listen { addr, source })
 }
 
-async fn stopped(mut signal: ShutdownSignal) {
-    while !*signal.borrow() {
-        if signal.changed().await.is_err() {
-            return;
-        }
-    }
+async fn stopped(signal: ShutdownSignal) {
+    signal.cancelled_owned().await
 }
 
 /// `rank_ip` as SGLang picks it: `SGLANG_HOST_IP`, else `HOST_IP`, else the address of the
