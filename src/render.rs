@@ -30,9 +30,6 @@ pub const LABEL_ROLE: &str = "pd.inference.dev/role";
 pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
 pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
 pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
-pub const HANDSHAKE_CONDITION: &str = "pd.inference.dev/handshake";
-/// Pod annotation where the handshake sidecar publishes the rank map (JSON list of `RankTargets`).
-pub const RANK_MAP_ANNOTATION: &str = "pd.inference.dev/rank-map";
 pub const DIST_INIT_PORT: u16 = 5757;
 pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
@@ -568,7 +565,7 @@ fn engine_pod(
     let mut automount = None;
     if role == Role::Decode {
         init_containers = Some(vec![handshake_sidecar(opts)]);
-        readiness_gates = Some(vec![PodReadinessGate { condition_type: HANDSHAKE_CONDITION.into() }]);
+        readiness_gates = Some(vec![PodReadinessGate { condition_type: crate::handshake::HANDSHAKE_CONDITION.into() }]);
         volumes.push(Volume {
             name: "handshake".into(),
             config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(name), ..Default::default() }),

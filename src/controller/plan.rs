@@ -54,7 +54,7 @@ impl ObservedPod {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
-            handshake: condition(crate::render::HANDSHAKE_CONDITION).map(|c| GateCondition {
+            handshake: condition(crate::handshake::HANDSHAKE_CONDITION).map(|c| GateCondition {
                 passed: c.status == "True",
                 reason: c.reason.clone().unwrap_or_default(),
                 message: c.message.clone().unwrap_or_default(),
@@ -62,7 +62,7 @@ impl ObservedPod {
                     .metadata
                     .annotations
                     .as_ref()
-                    .and_then(|a| a.get(crate::render::RANK_MAP_ANNOTATION))
+                    .and_then(|a| a.get(crate::handshake::RANK_MAP_ANNOTATION))
                     .and_then(|text| serde_json::from_str(text).ok()),
             }),
         })

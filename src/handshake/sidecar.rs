@@ -22,9 +22,9 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::core::{DecodeTopology, RankMapping};
 use super::probe::{self, Verdict};
+use super::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use crate::api::RankTargets;
 use crate::http_client;
-use crate::render::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(10);
