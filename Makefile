@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test image-test e2e-kind tools build lint crd
+.PHONY: demo demo-down test image-test e2e-kind tools build lint crd parity parity-sample
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -17,6 +17,12 @@ image-test:      ## build the image from the Dockerfile offline (local bases) an
 
 e2e-kind:        ## kind cluster from an offline-built node image; chart, webhook and handshake on real pods
 	hack/kind-e2e.sh
+
+parity:          ## validate vs SGLang 0.5.23's own start-up on examples, rule specs and 5,000 generated specs
+	hack/parity.sh
+
+parity-sample:   ## the same on examples, rule specs and a fixed-seed sample (CI)
+	hack/parity.sh --sample
 
 tools:           ## build the pinned Kubernetes test tooling into the cache
 	hack/tools.sh

@@ -53,6 +53,9 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print every object and engine argv the controller would create.
     Render(RenderArgs),
+    /// One JSON line per PDDeployment: the verdict of `validate` and each engine process's argv
+    /// and environment, for the engine-parity tier (docs/parity.md).
+    ParityCases(ValidateArgs),
     /// SGLang's decode-side bootstrap handshake.
     #[command(subcommand)]
     Handshake(HandshakeCommand),
@@ -218,6 +221,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Validate(args) => run_validate(args),
         Command::Render(args) => run_render(args),
+        Command::ParityCases(args) => run_parity_cases(args),
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
         Command::Handshake(HandshakeCommand::Run(args)) => run_sidecar(args),
         Command::Sim(cmd) => run_sim(cmd),
@@ -468,6 +472,24 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
         let _ = writeln!(out, "{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     }
     if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+fn run_parity_cases(args: ValidateArgs) -> ExitCode {
+    let (loaded, config) = match load(&args.files, &args.model_config) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let mut out = std::io::stdout().lock();
+    for d in &loaded.deployments {
+        let name = d.object.metadata.name.clone().unwrap_or_default();
+        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let case = crate::parity::case(&name, &d.object.spec, &facts, findings);
+        let line = serde_json::json!({"file": d.path.display().to_string(), "document": d.doc, "case": case});
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_render(args: RenderArgs) -> ExitCode {

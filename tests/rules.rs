@@ -23,7 +23,23 @@ fn gqa() -> PDDeploymentSpec {
 }
 
 fn run(spec: &PDDeploymentSpec) -> Vec<Finding> {
+    dump_for_parity(spec);
     validate("pd", spec, None)
+}
+
+/// With `PD_PARITY_DUMP=<dir>`, every spec a rule test validates is also written there as a
+/// PDDeployment, so the engine-parity tier (hack/parity.sh) judges the same specs with SGLang.
+fn dump_for_parity(spec: &PDDeploymentSpec) {
+    use std::hash::{Hash, Hasher};
+    let Some(dir) = std::env::var_os("PD_PARITY_DUMP") else { return };
+    let doc = serde_json::json!({
+        "apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": "pd"}, "spec": spec,
+    });
+    let text = doc.to_string();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let path = std::path::Path::new(&dir).join(format!("rules-{:016x}.yaml", h.finish()));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 fn has(findings: &[Finding], rule: &str, severity: Severity, field: &str, text: &str) -> bool {
