@@ -45,6 +45,7 @@ impl Finding {
 pub mod texts {
     pub const DCP_NEEDS_MLA: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
     pub const DCP_NO_SHARDING: &str = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
+    pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
     pub const PREFILL_NO_FAKE: &str = "Prefill server does not support 'fake' as the transfer backend";
@@ -59,45 +60,73 @@ pub mod texts {
 
 pub use crate::api::Role;
 
-/// Engine flags the operator derives from the spec; `extraArgs` must not set them.
-pub const MANAGED_FLAGS: &[&str] = &[
-    "--model-path",
-    "--model",
-    "--served-model-name",
-    "--revision",
-    "--disaggregation-mode",
-    "--disaggregation-bootstrap-port",
-    "--disaggregation-transfer-backend",
-    "--disaggregation-ib-device",
-    "--disaggregation-decode-allocation-policy",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--tp",
-    "--dp-size",
-    "--data-parallel-size",
-    "--dp",
-    "--attn-dp-size",
-    "--attention-data-parallel-size",
-    "--enable-dp-attention",
-    "--pp-size",
-    "--pipeline-parallel-size",
-    "--attn-cp-size",
-    "--attention-context-parallel-size",
-    "--enable-prefill-cp",
-    "--cp-strategy",
-    "--dcp-size",
-    "--decode-context-parallel-size",
-    "--page-size",
-    "--kv-cache-dtype",
-    "--enable-kv-cache-sharding",
-    "--enable-dsa-cache-layer-split",
-    "--host",
-    "--port",
-    "--dist-init-addr",
-    "--nccl-init-addr",
-    "--nnodes",
-    "--node-rank",
+/// SGLang 0.5.23's `sglang serve` options, `--option dest` per line (tests/parity/dump_flags.py
+/// writes it from SGLang's own parser).
+static SGLANG_OPTIONS: &str = include_str!("sglang_flags.txt");
+
+/// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,
+/// under any of their option strings or abbreviations.
+pub const MANAGED_DESTS: &[&str] = &[
+    "model_path",
+    "served_model_name",
+    "revision",
+    "disaggregation_mode",
+    "disaggregation_bootstrap_port",
+    "disaggregation_transfer_backend",
+    "disaggregation_ib_device",
+    "disaggregation_decode_allocation_policy",
+    "tp_size",
+    "dp_size",
+    "attn_dp_size",
+    "enable_dp_attention",
+    "pp_size",
+    "attn_cp_size",
+    "enable_prefill_cp",
+    "cp_strategy",
+    "dcp_size",
+    "page_size",
+    "kv_cache_dtype",
+    "enable_kv_cache_sharding",
+    "enable_dsa_cache_layer_split",
+    "host",
+    "port",
+    "dist_init_addr",
+    "nnodes",
+    "node_rank",
 ];
+
+/// How SGLang's argparse parser (`allow_abbrev` on) reads one `--…` argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptionMatch {
+    /// An option string, exactly or as its unique prefix.
+    Option { option: &'static str, dest: &'static str },
+    /// A prefix of several options: argparse exits with `ambiguous option`.
+    Ambiguous(Vec<&'static str>),
+    /// No option starts with it: argparse exits with `unrecognized arguments`.
+    Unknown,
+}
+
+fn sglang_options() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SGLANG_OPTIONS.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' '))
+}
+
+/// Matches an argument the way Python 3.11's argparse does: the part before `=` exactly, else
+/// as a prefix. `None` for arguments that are not long options (values, `--` itself).
+pub fn match_option(arg: &str) -> Option<OptionMatch> {
+    if !arg.starts_with("--") || arg == "--" {
+        return None;
+    }
+    let name = arg.split_once('=').map_or(arg, |(n, _)| n);
+    if let Some((option, dest)) = sglang_options().find(|(o, _)| *o == name) {
+        return Some(OptionMatch::Option { option, dest });
+    }
+    let matches: Vec<_> = sglang_options().filter(|(o, _)| o.starts_with(name)).collect();
+    Some(match matches.as_slice() {
+        [] => OptionMatch::Unknown,
+        [(option, dest)] => OptionMatch::Option { option, dest },
+        many => OptionMatch::Ambiguous(many.iter().map(|(o, _)| *o).collect()),
+    })
+}
 
 /// Environment variables the operator sets on engine containers.
 pub const MANAGED_ENV: &[&str] = &["SGLANG_HOST_IP", "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"];
@@ -147,7 +176,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         if sizes_ok {
-            check_startup(role, rs, spec, &mut out);
+            check_startup(role, rs, spec, facts, &mut out);
             check_gpus(role, rs, &mut out);
         }
         check_extra_args(role, rs, &mut out);
@@ -197,7 +226,7 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
 }
 
 /// What each engine checks at its own start-up (spec §7a item 1).
-fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     let groups = p.attn_dp * p.attn_cp;
     if !p.tp.is_multiple_of(groups) {
@@ -228,6 +257,14 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
             role.field("parallelism.dcp"),
             format!("tensor_model_parallel_size ({}) must be divisible by decode_context_parallel_size ({})", p.tp, p.dcp),
             format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, largest_divisor_at_most(p.tp, p.dcp)),
+        ));
+    }
+    if p.dcp > 1 && facts.is_dsa() {
+        out.push(Finding::error(
+            "dsa-dcp-pd",
+            role.field("parallelism.dcp"),
+            texts::DSA_DCP_PD,
+            format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
         ));
     }
     if p.attn_cp > 1 {
@@ -331,15 +368,39 @@ fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
 }
 
 fn check_extra_args(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
-    for (i, arg) in rs.template.extra_args.iter().enumerate() {
-        let flag = arg.split('=').next().unwrap_or(arg);
-        if MANAGED_FLAGS.contains(&flag) {
-            out.push(Finding::error(
-                "extra-args-managed-flag",
-                role.field(&format!("template.extraArgs[{i}]")),
-                format!("`{flag}` is managed by pd-operator and derived from the spec; extraArgs may not override it"),
-                format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
-            ));
+    let args = &rs.template.extra_args;
+    for (i, arg) in args.iter().enumerate() {
+        let field = role.field(&format!("template.extraArgs[{i}]"));
+        let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+        match match_option(arg) {
+            None => {}
+            Some(OptionMatch::Option { option, dest }) if MANAGED_DESTS.contains(&dest) => {
+                let read_as = if option == flag { String::new() } else { format!(" (SGLang's parser reads `{flag}` as `{option}`)") };
+                out.push(Finding::error(
+                    "extra-args-managed-flag",
+                    field,
+                    format!("`{option}` is managed by pd-operator and derived from the spec; extraArgs may not override it{read_as}"),
+                    format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
+                ));
+            }
+            Some(OptionMatch::Option { .. }) => {}
+            Some(OptionMatch::Ambiguous(options)) => out.push(Finding::error(
+                "extra-args-argparse",
+                field,
+                format!("ambiguous option: {flag} could match {}", options.join(", ")),
+                "spell the option out in full",
+            )),
+            Some(OptionMatch::Unknown) => {
+                // argparse lists the unknown option with the values that follow it.
+                let values = args[i + 1..].iter().take_while(|a| !a.starts_with("--"));
+                let shown: Vec<&str> = std::iter::once(arg.as_str()).chain(values.map(String::as_str)).collect();
+                out.push(Finding::error(
+                    "extra-args-argparse",
+                    field,
+                    format!("unrecognized arguments: {}", shown.join(" ")),
+                    format!("`{flag}` is not an option of SGLang 0.5.23's `sglang serve`; check the spelling, or remove it"),
+                ));
+            }
         }
     }
     for (i, env) in rs.template.env.iter().enumerate() {
@@ -578,15 +639,20 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
         if p.pp != 1 || p.attn_cp != 1 || p.dcp != 1 {
             unsupported.push("pipeline or attention context parallelism");
         }
-        if p.attn_tp() != 1 {
+        // SGLang compares tp with dp only under enable_dp_attention, which resolution leaves
+        // false: attention TP is tp here, whatever attnDp says.
+        if p.tp != 1 {
             unsupported.push("attention tensor parallelism greater than one");
+        }
+        if env_truthy(env_value(spec.role(role), "SGLANG_DISAGG_STAGING_BUFFER").as_deref()) {
+            unsupported.push("staging buffers");
         }
         if !unsupported.is_empty() {
             out.push(Finding::error(
                 "prefill-complete-startup",
                 role.field("parallelism"),
                 format!("--disaggregation-decode-allocation-policy prefill_complete does not yet support {}", unsupported.join(", ")),
-                "use decodeAllocationPolicy: early, or attention TP 1 (tp == attnDp), pp 1, attnCp 1, dcp 1 with mooncake",
+                "use decodeAllocationPolicy: early, or tp 1, pp 1, attnCp 1, dcp 1 with mooncake",
             ));
         }
     }

@@ -326,11 +326,47 @@ fn page_size_is_required() {
 fn prefill_complete_needs_attention_tp_one() {
     let mut good = mla();
     good.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
-    good.prefill.parallelism.attn_dp = 8;
-    good.decode.parallelism.attn_dp = 8;
+    good.prefill.parallelism.tp = 1;
+    good.decode.parallelism.tp = 1;
     let mut bad = mla();
     bad.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
-    case("prefill-complete-peer", good, bad, "spec.prefill.parallelism", "prefill_complete requires peer attention TP1/CP1/PP1");
+    case("prefill-complete-peer", good.clone(), bad, "spec.prefill.parallelism", "prefill_complete requires peer attention TP1/CP1/PP1");
+    // SGLang reads attention TP as tp here (resolution leaves enable_dp_attention false), so
+    // tp 8 with attnDp 8 is refused at start-up although its attention TP is 1.
+    let mut dp_attention = good.clone();
+    dp_attention.prefill.parallelism = serde_json::from_value(serde_json::json!({"tp": 8, "attnDp": 8})).unwrap();
+    case(
+        "prefill-complete-startup",
+        good,
+        dp_attention,
+        "spec.prefill.parallelism",
+        "--disaggregation-decode-allocation-policy prefill_complete does not yet support attention tensor parallelism greater than one",
+    );
+}
+
+#[test]
+fn dsa_refuses_dcp_under_pd_with_sglang_text() {
+    let mut good = base("deepseek-ai/DeepSeek-V3.2-Exp");
+    good.decode.parallelism.dcp = 1;
+    let mut bad = good.clone();
+    bad.decode.parallelism.dcp = 2;
+    case("dsa-dcp-pd", good, bad, "spec.decode.parallelism.dcp", "DSA DCP does not support PD disaggregation.");
+}
+
+#[test]
+fn extra_args_are_read_as_sglang_argparse_reads_them() {
+    for (args, rule, text) in [
+        (vec!["--tp", "4"], "extra-args-managed-flag", "(SGLang's parser reads `--tp` as `--tp-size`)"),
+        (vec!["--page-si=32"], "extra-args-managed-flag", "`--page-size` is managed"),
+        (vec!["--attn-dp", "2"], "extra-args-managed-flag", "`--attn-dp-size` is managed"),
+        (vec!["--nccl-init-addr", "a:1"], "extra-args-managed-flag", "`--nccl-init-addr` is managed"),
+        (vec!["--no-such-flag", "1"], "extra-args-argparse", "unrecognized arguments: --no-such-flag 1"),
+        (vec!["--page", "8"], "extra-args-argparse", "ambiguous option: --page could match --page-size, --paged-experts-num-resident"),
+    ] {
+        let mut bad = mla();
+        bad.decode.template.extra_args = args.iter().map(|a| a.to_string()).collect();
+        case(rule, mla(), bad, "spec.decode.template.extraArgs[0]", text);
+    }
 }
 
 #[test]

@@ -227,10 +227,16 @@ def run_process(proc, model_dir):
     stage = "parse"
     sa = None
     try:
+        import contextlib
+        import io
+
+        err = io.StringIO()
         try:
-            sa = prepare_server_args(argv)
-        except SystemExit as e:  # argparse reports on stderr and exits 2
-            return {"ok": False, "stage": stage, "error_type": "SystemExit", "error": f"argparse exit {e.code}"}
+            with contextlib.redirect_stderr(err):
+                sa = prepare_server_args(argv)
+        except SystemExit as e:  # argparse prints `prog: error: <text>` and exits 2
+            text = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {e.code}"
+            return {"ok": False, "stage": stage, "error_type": "SystemExit", "error": text.split("error: ", 1)[-1]}
         stage = "resolve"
         sa.resolve_once()
         stage = "check"
@@ -302,6 +308,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--input", default="-")
     ap.add_argument("--output", default="-")
+    ap.add_argument("--jobs", type=int, default=1, help="forked workers per profile")
     args = ap.parse_args()
     src = sys.stdin if args.input == "-" else open(args.input)
     cases = [json.loads(line) for line in src if line.strip()]
@@ -310,22 +317,25 @@ def main():
     for c in cases:
         by_profile.setdefault(c["profile"], []).append(c)
     out = sys.stdout if args.output == "-" else open(args.output, "w")
+    jobs = max(1, args.jobs)
     for profile, group in by_profile.items():
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                profile_worker(profile, group, w)
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r) as f:
-            for line in f:
-                out.write(line)
-                out.flush()
-        os.waitpid(pid, 0)
-
+        workers = []
+        for j in range(jobs):
+            fd, path = tempfile.mkstemp(prefix=f"pd-parity-{profile}-{j}-", suffix=".jsonl")
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    profile_worker(profile, group[j::jobs], fd)
+                finally:
+                    os._exit(0)
+            os.close(fd)
+            workers.append((pid, path))
+        for pid, path in workers:
+            os.waitpid(pid, 0)
+            with open(path) as f:
+                out.write(f.read())
+            out.flush()
+            os.unlink(path)
 
 if __name__ == "__main__":
     main()
