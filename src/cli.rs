@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
-use crate::api::PDDeployment;
+use crate::api::{Accelerator, PDDeployment};
 use crate::manifest::{self, Loaded, LoadedDeployment};
 use crate::model::{self, HfConfig};
 use crate::render::{self, RenderOptions};
@@ -145,6 +145,16 @@ pub struct ValidateArgs {
     pub model_config: Option<PathBuf>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: OutputFormat,
+    /// Check for pods on this GPU (H100, H200, B200) where a role's `accelerator` is unset.
+    #[arg(long, value_parser = parse_accelerator)]
+    pub accelerator: Option<Accelerator>,
+}
+
+fn parse_accelerator(s: &str) -> Result<Accelerator, String> {
+    Accelerator::ALL
+        .into_iter()
+        .find(|a| a.as_str().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("{s:?} is not an accelerator profile; one of {}", Accelerator::ALL.map(Accelerator::as_str).join(", ")))
 }
 
 #[derive(Args, Debug)]
@@ -389,7 +399,12 @@ fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfi
 }
 
 /// Findings for one loaded PDDeployment, including unknown fields and config problems.
-fn check_one(d: &LoadedDeployment, loaded: &Loaded, global_config: Option<&HfConfig>) -> (Vec<Finding>, model::ModelFacts) {
+fn check_one(
+    d: &LoadedDeployment,
+    loaded: &Loaded,
+    global_config: Option<&HfConfig>,
+    accelerator: Option<Accelerator>,
+) -> (Vec<Finding>, model::ModelFacts) {
     let name = d.object.metadata.name.clone().unwrap_or_default();
     let mut findings: Vec<Finding> = d
         .unknown_fields
@@ -422,7 +437,13 @@ fn check_one(d: &LoadedDeployment, loaded: &Loaded, global_config: Option<&HfCon
         None => {}
     }
     let facts = model::resolve(&d.object.spec.model, config.as_ref());
-    findings.extend(validate::validate_with_facts(&name, &d.object.spec, &facts));
+    let mut spec = std::borrow::Cow::Borrowed(&d.object.spec);
+    if let Some(acc) = accelerator {
+        let s = spec.to_mut();
+        s.prefill.accelerator.get_or_insert(acc);
+        s.decode.accelerator.get_or_insert(acc);
+    }
+    findings.extend(validate::validate_with_facts(&name, &spec, &facts));
     (findings, facts)
 }
 
@@ -448,7 +469,7 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
         let valid = validate::is_valid(&findings);
         all_valid &= valid;
         match args.output {
@@ -482,7 +503,7 @@ fn run_parity_cases(args: ValidateArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
         let case = crate::parity::case(&name, &d.object.spec, &facts, findings);
         let line = serde_json::json!({"file": d.path.display().to_string(), "document": d.doc, "case": case});
         if writeln!(out, "{line}").is_err() {
@@ -502,7 +523,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), None);
         for f in &findings {
             eprintln!(
                 "{}{name}: {}: {} (fix: {})",

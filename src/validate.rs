@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::api::{AllocationPolicy, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
+use crate::api::{Accelerator, AllocationPolicy, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
 use crate::model::{HfConfig, KvPool, ModelFacts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -45,6 +45,12 @@ impl Finding {
 pub mod texts {
     pub const DCP_NEEDS_MLA: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
     pub const DCP_NO_SHARDING: &str = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
+    pub const MXFP8_BLACKWELL: &str =
+        "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU for the block-scaled operands used by the FA4 MXFP8 attention path.";
+    pub const TRTLLM_MLA_BLACKWELL: &str =
+        "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). Please use a different backend.";
+    pub const TRTLLM_MLA_DTYPE: &str = "TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.";
+    pub const GPT_OSS_BACKENDS: &str = "GptOssForCausalLM requires one of ['triton', 'trtllm_mha', 'fa3', 'fa4', 'ascend', 'intel_amx', 'intel_xpu', 'aiter'] attention backend, but got the following backends";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
@@ -177,6 +183,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
         let rs = spec.role(role);
         if sizes_ok {
             check_startup(role, rs, spec, facts, &mut out);
+            check_accelerator(role, rs, spec, facts, &mut out);
             check_gpus(role, rs, &mut out);
         }
         check_extra_args(role, rs, &mut out);
@@ -267,6 +274,22 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
         ));
     }
+    if facts.architecture.as_deref() == Some("GptOssForCausalLM") {
+        let args = &rs.template.extra_args;
+        let attention = extra_value(args, "attention_backend");
+        let chosen = [
+            extra_value(args, "prefill_attention_backend").or(attention.clone()),
+            extra_value(args, "decode_attention_backend").or(attention),
+        ];
+        if chosen.iter().flatten().any(|b| !GPT_OSS_BACKENDS.contains(&b.as_str())) {
+            out.push(Finding::error(
+                "gpt-oss-attention-backend",
+                role.field("template.extraArgs"),
+                texts::GPT_OSS_BACKENDS,
+                format!("use one of {} as --attention-backend, or leave it to SGLang", GPT_OSS_BACKENDS.join(", ")),
+            ));
+        }
+    }
     if p.attn_cp > 1 {
         if p.dcp > 1 {
             out.push(Finding::error(
@@ -337,6 +360,120 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
                         "set pageSize: 64 (or another size > 1)",
                     ));
                 }
+            }
+        }
+    }
+}
+
+/// The last value extraArgs give an argparse destination (argparse keeps the last), matching
+/// options as SGLang's parser does; `Some("")` for a bare switch.
+pub fn extra_value(args: &[String], dest: &str) -> Option<String> {
+    let mut found = None;
+    for (i, arg) in args.iter().enumerate() {
+        if let Some(OptionMatch::Option { dest: d, .. }) = match_option(arg)
+            && d == dest
+        {
+            found = Some(match arg.split_once('=') {
+                Some((_, v)) => v.to_owned(),
+                None => args.get(i + 1).filter(|v| !v.starts_with("--")).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    found
+}
+
+/// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`): without
+/// DSA and without a chosen backend, they resolve `trtllm_mla` on SM100.
+const DEEPSEEK_OVERRIDE_ARCHS: &[&str] = &[
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+    "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN",
+    "Dots3NoteForCausalLM",
+];
+
+const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
+
+/// The first start-up refusal that depends on the GPU, for one accelerator.
+fn accelerator_refusal(
+    rs: &RoleSpec,
+    spec: &PDDeploymentSpec,
+    facts: &ModelFacts,
+    acc: Accelerator,
+) -> Option<(&'static str, &'static str, &'static str)> {
+    let args = &rs.template.extra_args;
+    let dtype = extra_value(args, "kv_cache_dtype").unwrap_or_else(|| spec.kv_transfer.kv_cache_dtype.to_string());
+    if dtype == "mxfp8" && !acc.is_blackwell() {
+        return Some((
+            texts::MXFP8_BLACKWELL,
+            "spec.kvTransfer.kvCacheDtype",
+            "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
+        ));
+    }
+    let (attention, prefill, decode) = (
+        extra_value(args, "attention_backend"),
+        extra_value(args, "prefill_attention_backend"),
+        extra_value(args, "decode_attention_backend"),
+    );
+    let default_trtllm_mla = attention.is_none()
+        && prefill.is_none()
+        && decode.is_none()
+        && acc.is_blackwell()
+        && !facts.is_dsa()
+        && facts.architecture.as_deref().is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a));
+    // DeepSeek-V4 resolves its own `dsv4` backend whatever extraArgs ask for.
+    let trtllm_mla = !facts.traits.deepseek_v4
+        && (default_trtllm_mla || attention.as_deref() == Some("trtllm_mla") || decode.as_deref() == Some("trtllm_mla"));
+    if trtllm_mla && !acc.is_blackwell() {
+        return Some((texts::TRTLLM_MLA_BLACKWELL, "template.extraArgs", "choose another --attention-backend (fa3, flashmla) on Hopper"));
+    }
+    if trtllm_mla && !matches!(dtype.as_str(), "fp8_e4m3" | "bf16" | "auto") {
+        return Some((
+            texts::TRTLLM_MLA_DTYPE,
+            "spec.kvTransfer.kvCacheDtype",
+            "use kvCacheDtype fp8_e4m3 or auto, or pick another --attention-backend in extraArgs",
+        ));
+    }
+    None
+}
+
+/// Start-up refusals that depend on the GPU: an error on the role's accelerator, or, when the
+/// role names none, an error if every profile refuses and a warning naming those that do.
+fn check_accelerator(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let field = |f: &str| if f.starts_with("spec.") { f.to_owned() } else { role.field(f) };
+    let fix_unknown = format!("set {} to the GPU its pods run on (H100, H200 or B200)", role.field("accelerator"));
+    match rs.accelerator {
+        Some(acc) => {
+            if let Some((text, f, fix)) = accelerator_refusal(rs, spec, facts, acc) {
+                out.push(Finding::error("accelerator-startup", field(f), format!("{text} ({} on {acc})", role.as_str()), fix));
+            }
+        }
+        None => {
+            let refusing: Vec<_> =
+                Accelerator::ALL.iter().filter_map(|&a| accelerator_refusal(rs, spec, facts, a).map(|r| (a, r))).collect();
+            let Some((_, (text, f, fix))) = refusing.first().copied() else { return };
+            let names: Vec<&str> = refusing.iter().map(|(a, _)| a.as_str()).collect();
+            if refusing.len() == Accelerator::ALL.len() {
+                out.push(Finding::error(
+                    "accelerator-startup",
+                    field(f),
+                    format!("{text} ({} on any of {})", role.as_str(), names.join(", ")),
+                    fix,
+                ));
+            } else {
+                out.push(Finding::warning(
+                    "accelerator-startup",
+                    field(f),
+                    format!("on {}, the {} refuses to start: {text}", names.join(" and "), role.as_str()),
+                    format!("{fix_unknown}; {fix}"),
+                ));
             }
         }
     }

@@ -345,6 +345,68 @@ fn prefill_complete_needs_attention_tp_one() {
 }
 
 #[test]
+fn gpu_dependent_refusals_follow_the_accelerator() {
+    use pd_operator::api::Accelerator;
+    // MXFP8 KV needs SM100+: an error on Hopper, a warning when the GPU is not named.
+    let mut bad = gqa();
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Mxfp8;
+    let mut good = bad.clone();
+    good.prefill.accelerator = Some(Accelerator::B200);
+    good.decode.accelerator = Some(Accelerator::B200);
+    let mut hopper = bad.clone();
+    hopper.prefill.accelerator = Some(Accelerator::H200);
+    hopper.decode.accelerator = Some(Accelerator::H200);
+    case("accelerator-startup", good, hopper, "spec.kvTransfer.kvCacheDtype", "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU");
+    let unnamed = run(&bad);
+    assert!(has(&unnamed, "accelerator-startup", Severity::Warning, "spec.kvTransfer.kvCacheDtype", "on H100 and H200"), "{unnamed:#?}");
+    // DeepSeek-V3 resolves trtllm_mla on B200, which takes only fp8_e4m3, bf16 or auto.
+    let mut b200 = mla();
+    b200.kv_transfer.kv_cache_dtype = KvCacheDtype::Bfloat16;
+    b200.prefill.accelerator = Some(Accelerator::B200);
+    b200.decode.accelerator = Some(Accelerator::B200);
+    let mut h200 = b200.clone();
+    h200.prefill.accelerator = Some(Accelerator::H200);
+    h200.decode.accelerator = Some(Accelerator::H200);
+    case(
+        "accelerator-startup",
+        h200,
+        b200,
+        "spec.kvTransfer.kvCacheDtype",
+        "TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.",
+    );
+    // An explicit trtllm_mla needs Blackwell.
+    let mut hopper = mla();
+    hopper.prefill.accelerator = Some(Accelerator::H100);
+    hopper.decode.accelerator = Some(Accelerator::H100);
+    hopper.decode.template.extra_args = vec!["--attention-backend".into(), "trtllm_mla".into()];
+    let mut blackwell = hopper.clone();
+    blackwell.prefill.accelerator = Some(Accelerator::B200);
+    blackwell.decode.accelerator = Some(Accelerator::B200);
+    case(
+        "accelerator-startup",
+        blackwell,
+        hopper,
+        "spec.decode.template.extraArgs",
+        "TRTLLM MLA backend is only supported on Blackwell GPUs",
+    );
+}
+
+#[test]
+fn gpt_oss_takes_only_its_attention_backends() {
+    let mut good = base("openai/gpt-oss-120b");
+    good.decode.template.extra_args = vec!["--attention-backend".into(), "triton".into()];
+    let mut bad = good.clone();
+    bad.decode.template.extra_args = vec!["--attention-backend".into(), "flashinfer".into()];
+    case(
+        "gpt-oss-attention-backend",
+        good,
+        bad,
+        "spec.decode.template.extraArgs",
+        "GptOssForCausalLM requires one of ['triton', 'trtllm_mha'",
+    );
+}
+
+#[test]
 fn dsa_refuses_dcp_under_pd_with_sglang_text() {
     let mut good = base("deepseek-ai/DeepSeek-V3.2-Exp");
     good.decode.parallelism.dcp = 1;
