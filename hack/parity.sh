@@ -3,8 +3,8 @@
 # resolution on the examples, the specs the rule tests validate, and fixed-seed generated specs.
 #   hack/parity.sh            the full run (5,000 generated specs), what `make parity` runs
 #   hack/parity.sh --sample   examples + rule-test specs + a 300-spec sample, for CI
-# Env: PARITY_GENERATED=N and PARITY_SEED=S override the generated corpus; PARITY_JSON=path keeps
-# the per-case report.
+# Env: PARITY_GENERATED=N and PARITY_SEED=S override the generated corpus; PARITY_JOBS=N oracle
+# workers per accelerator profile (default 2); PARITY_JSON=path keeps the per-case report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 generated=${PARITY_GENERATED:-5000}
@@ -13,10 +13,10 @@ seed=${PARITY_SEED:-15}
 python=$(hack/sglang-oracle-venv.sh | tail -n1)
 target=${CARGO_TARGET_DIR:-target}
 cargo build --quiet --locked --bin pd-operator
-work="$target/parity"
+work="$(realpath -m "$target/parity")"
 rm -rf "$work" && mkdir -p "$work/rules"
 # The rule tests write every spec they validate when PD_PARITY_DUMP names a directory.
-PD_PARITY_DUMP="$PWD/$work/rules" cargo test --quiet --locked --test rules >/dev/null
+PD_PARITY_DUMP="$work/rules" cargo test --quiet --locked --test rules >/dev/null
 "$python" tests/parity/parity.py --operator "$target/debug/pd-operator" --python "$python" \
   --examples examples/*.yaml --rules-dir "$work/rules" --generated "$generated" --seed "$seed" \
-  --workdir "$work" ${PARITY_JSON:+--json "$PARITY_JSON"}
+  --workdir "$work" --jobs "${PARITY_JOBS:-2}" ${PARITY_JSON:+--json "$PARITY_JSON"}

@@ -594,7 +594,11 @@ fn check_paired_settings(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     let (p, d) = (&spec.prefill.template, &spec.decode.template);
     for (flag, why) in PAIRED_FLAGS {
         let (pv, dv) = (flag_value(&p.extra_args, flag), flag_value(&d.extra_args, flag));
-        if pv != dv {
+        // SGLang's transfer handles a decode that keeps draft KV for a prefill without
+        // speculative decoding (extra destination layers); only the DCP relayout needs one KV
+        // entry per prefill entry.
+        let decode_only_speculative = flag.starts_with("--speculative-") && pv.is_none() && spec.decode.parallelism.dcp == 1;
+        if pv != dv && !decode_only_speculative {
             out.push(Finding::error(
                 "paired-flag",
                 "spec.decode.template.extraArgs",
@@ -835,11 +839,13 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
                 ));
             }
             if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                out.push(Finding::error(
+                // SGLang 0.5.23 reads the variable only in its mooncake and nixl connectors; with
+                // another backend it starts and never stages.
+                out.push(Finding::warning(
                     "staging-buffer-backend",
-                    "spec.kvTransfer.backend",
+                    role.field("template.env"),
                     format!(
-                        "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.",
+                        "SGLANG_DISAGG_STAGING_BUFFER has no effect with the '{}' transfer backend: only mooncake and nixl stage KV",
                         spec.kv_transfer.backend
                     ),
                     "use backend mooncake or nixl, or drop SGLANG_DISAGG_STAGING_BUFFER",

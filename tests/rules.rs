@@ -463,6 +463,21 @@ fn paired_settings_must_match() {
 }
 
 #[test]
+fn decode_only_speculative_decoding_is_allowed_outside_dcp() {
+    let eagle: Vec<String> = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3"].map(String::from).into();
+    let mut good = mla();
+    good.decode.template.extra_args = eagle.clone();
+    // With decode DCP the relayout needs one KV entry per prefill entry.
+    let mut bad = good.clone();
+    bad.decode.parallelism.dcp = 2;
+    case("paired-flag", good, bad, "spec.decode.template.extraArgs", "`--speculative-algorithm` differs between roles");
+    // Prefill-only, or different values, stay refused.
+    let mut prefill_only = mla();
+    prefill_only.prefill.template.extra_args = eagle;
+    assert!(run(&prefill_only).iter().any(|f| f.rule == "paired-flag"));
+}
+
+#[test]
 fn staging_buffer_is_refused_with_mla() {
     let mut good = gqa();
     good.prefill.template.env = vec![env("SGLANG_DISAGG_STAGING_BUFFER", "true")];

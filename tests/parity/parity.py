@@ -176,8 +176,9 @@ def generated_corpus(seed, n, workdir):
 
 # ---------------------------------------------------------------- running
 
-def parity_cases(operator, files, profile):
-    out = subprocess.run([operator, "parity-cases", "--accelerator", profile, *sum((["-f", f] for f in files), [])],
+def parity_cases(operator, files, profile, accelerator_flag=True):
+    accel = ["--accelerator", profile] if accelerator_flag else []
+    out = subprocess.run([operator, "parity-cases", *accel, *sum((["-f", f] for f in files), [])],
                          check=True, capture_output=True, text=True)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
@@ -235,6 +236,8 @@ def main():
     ap.add_argument("--json", help="write the per-case report here")
     ap.add_argument("--max-listed", type=int, default=25)
     ap.add_argument("--jobs", type=int, default=1, help="oracle workers per profile")
+    ap.add_argument("--no-accelerator-flag", action="store_true",
+                    help="for an operator build older than `parity-cases --accelerator`")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     t0 = time.time()
@@ -254,7 +257,7 @@ def main():
     for source, files, meta in groups:
         for profile in PROFILES:
             # The operator validates for the GPU the oracle fakes (roles name no accelerator).
-            for i, line in enumerate(parity_cases(args.operator, files, profile)):
+            for i, line in enumerate(parity_cases(args.operator, files, profile, not args.no_accelerator_flag)):
                 c = line["case"]
                 cid = f"{source}:{i}:{os.path.basename(line['file'])}:{c['name']}"
                 m = (meta or {}).get(c["name"])
