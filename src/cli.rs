@@ -398,6 +398,20 @@ fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfi
     })
 }
 
+/// The spec with `accelerator` filled in for roles that name none.
+fn with_accelerator(
+    spec: &crate::api::PDDeploymentSpec,
+    accelerator: Option<Accelerator>,
+) -> std::borrow::Cow<'_, crate::api::PDDeploymentSpec> {
+    let mut spec = std::borrow::Cow::Borrowed(spec);
+    if let Some(acc) = accelerator {
+        let s = spec.to_mut();
+        s.prefill.accelerator.get_or_insert(acc);
+        s.decode.accelerator.get_or_insert(acc);
+    }
+    spec
+}
+
 /// Findings for one loaded PDDeployment, including unknown fields and config problems.
 fn check_one(
     d: &LoadedDeployment,
@@ -437,13 +451,7 @@ fn check_one(
         None => {}
     }
     let facts = model::resolve(&d.object.spec.model, config.as_ref());
-    let mut spec = std::borrow::Cow::Borrowed(&d.object.spec);
-    if let Some(acc) = accelerator {
-        let s = spec.to_mut();
-        s.prefill.accelerator.get_or_insert(acc);
-        s.decode.accelerator.get_or_insert(acc);
-    }
-    findings.extend(validate::validate_with_facts(&name, &spec, &facts));
+    findings.extend(validate::validate_with_facts(&name, &with_accelerator(&d.object.spec, accelerator), &facts));
     (findings, facts)
 }
 
@@ -504,7 +512,7 @@ fn run_parity_cases(args: ValidateArgs) -> ExitCode {
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
         let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
-        let case = crate::parity::case(&name, &d.object.spec, &facts, findings);
+        let case = crate::parity::case(&name, &with_accelerator(&d.object.spec, args.accelerator), &facts, findings);
         let line = serde_json::json!({"file": d.path.display().to_string(), "document": d.doc, "case": case});
         if writeln!(out, "{line}").is_err() {
             return ExitCode::from(2);

@@ -27,6 +27,8 @@ pub struct Case {
     pub architecture: Option<String>,
     pub findings: Vec<Finding>,
     pub processes: Vec<EngineProcess>,
+    /// What `render` hands the decode's handshake sidecar (`decode.json`).
+    pub decode_topology: serde_json::Value,
 }
 
 /// The environment the operator gives a role's engine, where it is a literal value
@@ -50,7 +52,15 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
             processes.push(EngineProcess { role: role.as_str(), node, argv, env: env.clone() });
         }
     }
-    Case { name: name.to_owned(), valid: validate::is_valid(&findings), architecture: facts.architecture.clone(), findings, processes }
+    let decode_topology = render::decode_topology_json(spec, facts);
+    Case {
+        name: name.to_owned(),
+        valid: validate::is_valid(&findings),
+        architecture: facts.architecture.clone(),
+        findings,
+        processes,
+        decode_topology,
+    }
 }
 
 #[cfg(test)]
@@ -75,5 +85,33 @@ mod tests {
         assert_eq!(c.processes[0].env.len(), 2);
         assert_eq!(c.processes[2].env, [("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER".to_owned(), "true".to_owned())]);
         assert!(c.valid);
+    }
+
+    #[test]
+    fn the_sidecar_gets_what_sglang_resolves_for_dsa_and_v4() {
+        use crate::api::{Accelerator, PDDeploymentSpec};
+        let spec = |model: &str, dtype: &str, acc: Option<Accelerator>| {
+            let mut s: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+                "model": {"path": model}, "kvTransfer": {"pageSize": 32, "kvCacheDtype": dtype},
+                "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}},
+            }))
+            .unwrap();
+            s.decode.accelerator = acc;
+            s
+        };
+        let topo = |s: &PDDeploymentSpec| render::decode_topology_json(s, &crate::model::resolve(&s.model, None));
+        let dsa = "deepseek-ai/DeepSeek-V3.2-Exp";
+        let t = topo(&spec(dsa, "auto", Some(Accelerator::H200)));
+        assert_eq!((t["page_size"].as_u64(), t["kv_cache_dtype"].as_str()), (Some(64), Some("bfloat16")));
+        let t = topo(&spec(dsa, "auto", Some(Accelerator::B200)));
+        assert_eq!(t["kv_cache_dtype"], "fp8_e4m3");
+        assert_eq!(topo(&spec(dsa, "bf16", None))["kv_cache_dtype"], "bfloat16");
+        let mut v4 = spec("x", "auto", None);
+        v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
+        let t = topo(&v4);
+        assert_eq!((t["page_size"].as_u64(), t["kv_cache_dtype"].as_str()), (Some(256), Some("fp8_e4m3")));
+        // Everything else reports what the operator passes.
+        let t = topo(&spec("deepseek-ai/DeepSeek-V3", "bf16", Some(Accelerator::B200)));
+        assert_eq!((t["page_size"].as_u64(), t["kv_cache_dtype"].as_str()), (Some(32), Some("bf16")));
     }
 }

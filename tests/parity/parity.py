@@ -224,6 +224,19 @@ def classify(case, oracle):
     return "false-admit", f"{sg['role']}: {sg['error_type']}: {text}"
 
 
+def topology_mismatch(case, oracle):
+    """For a pair both sides admit: does the decode topology the operator hands the sidecar
+    carry what SGLang's decode resolved (page size, KV dtype string)? None when it does."""
+    topo = case.get("decode_topology")
+    decode = next((p for p in oracle["processes"] if p["role"] == "decode" and p["ok"]), None)
+    if not topo or decode is None:
+        return None
+    resolved = decode.get("resolved") or {}
+    diffs = [f"{k}: ours {topo.get(k)!r}, SGLang {resolved.get(k)!r}"
+             for k in ("page_size", "kv_cache_dtype") if k in resolved and topo.get(k) != resolved.get(k)]
+    return "; ".join(diffs) or None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--operator", required=True, help="the pd-operator binary")
@@ -281,10 +294,18 @@ def main():
     for c in cases:
         o = results[c["id"] + "@" + c["profile"]]
         verdict, detail = classify(c["case"], o)
+        topo = None
+        if verdict == "agree" and c["case"]["valid"]:
+            topo = topology_mismatch(c["case"], o)
+            if topo:
+                listed["sidecar-topology"].append(f"{c['id']} [{c['profile']}] {topo}")
         for key in [(c["source"], "*", "*"), ("*", c["family"], c["profile"]), ("*", "*", "*")]:
             table[key][verdict] += 1
             if verdict == "agree" and detail:
                 table[key][detail] += 1
+            if verdict == "agree" and c["case"]["valid"]:
+                table[key]["topo-checked"] += 1
+                table[key]["topo-bad"] += bool(topo)
         if verdict in ("false-deny", "false-admit"):
             listed[verdict].append(f"{c['id']} [{c['profile']}] {detail}")
         report.append({"id": c["id"], "source": c["source"], "family": c["family"], "profile": c["profile"],
@@ -299,7 +320,7 @@ def main():
           f"operator {t1 - t0:.1f}s, oracle {t2 - t1:.1f}s")
     for why, n in sorted(skipped.items()):
         print(f"skipped {n}: {why}")
-    hdr = f"{'source':10} {'family':12} {'profile':7} {'cases':>6} {'agree':>6} {'op-only':>7} {'f-deny':>6} {'f-admit':>7} {'agree%':>7} {'deny-text':>9}"
+    hdr = f"{'source':10} {'family':12} {'profile':7} {'cases':>6} {'agree':>6} {'op-only':>7} {'f-deny':>6} {'f-admit':>7} {'agree%':>7} {'deny-text':>9} {'sidecar':>9}"
     print(hdr)
     print("-" * len(hdr))
 
@@ -310,8 +331,10 @@ def main():
         pct = 100.0 * t["agree"] / judged if judged else 100.0
         denies = t["text"] + t["notext"]
         text = f"{t['text']}/{denies}" if denies else "-"
+        checked = t["topo-checked"]
+        sidecar = f"{checked - t['topo-bad']}/{checked}" if checked else "-"
         print(f"{key[0]:10} {key[1]:12} {key[2]:7} {n:6} {t['agree']:6} {t['op-only']:7} {t['false-deny']:6} "
-              f"{t['false-admit']:7} {pct:6.1f}% {text:>9}")
+              f"{t['false-admit']:7} {pct:6.1f}% {text:>9} {sidecar:>9}")
 
     for key in sorted(k for k in table if k[1] == "*" and k[0] != "*"):
         row(key)
@@ -320,7 +343,7 @@ def main():
     row(("*", "*", "*"))
     bad = 0
     for verdict, items in listed.items():
-        bad += len(items)
+        bad += len(items) if verdict != "sidecar-topology" else 0
         print(f"\n{verdict}: {len(items)}")
         for item in items[: args.max_listed]:
             print(f"  {item}")
