@@ -29,6 +29,8 @@ pub struct Case {
     pub processes: Vec<EngineProcess>,
     /// What `render` hands the decode's handshake sidecar (`decode.json`).
     pub decode_topology: serde_json::Value,
+    /// The prefill's and the decode's accelerator, where named.
+    pub accelerators: [Option<crate::api::Accelerator>; 2],
 }
 
 /// The environment the operator gives a role's engine, where it is a literal value
@@ -60,6 +62,7 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
         findings,
         processes,
         decode_topology,
+        accelerators: [spec.prefill.accelerator, spec.decode.accelerator],
     }
 }
 

@@ -51,6 +51,13 @@ pub mod texts {
         "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). Please use a different backend.";
     pub const TRTLLM_MLA_DTYPE: &str = "TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.";
     pub const GPT_OSS_BACKENDS: &str = "GptOssForCausalLM requires one of ['triton', 'trtllm_mha', 'fa3', 'fa4', 'ascend', 'intel_amx', 'intel_xpu', 'aiter'] attention backend, but got the following backends";
+    pub const MULTI_NODE_DP: &str = "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes";
+    pub const DSA_DTYPE: &str = "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype";
+    pub const V4_ZIGZAG: &str = "DeepSeekV4 zigzag CP requires the NPU backend; CUDA/HIP backends reindex with interleave order.";
+    pub const SHARDING_GQA_CP: &str = "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks and requires --enable-prefill-cp with attn_cp_size > 1.";
+    pub const SHARDING_MLA_ATTN_DP: &str = "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP and requires plain TP attention; set --attn-dp-size=1.";
+    pub const SHARDING_MLA_TP: &str =
+        "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP ranks and needs tp_size > 1.";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
@@ -274,6 +281,34 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
         ));
     }
+    if p.dp > 1 && crate::render::nodes_per_instance(rs) > 1 {
+        out.push(Finding::error(
+            "multi-node-dp",
+            role.field("parallelism.dp"),
+            texts::MULTI_NODE_DP,
+            "keep dp: 1 for an instance spanning nodes; use attnDp, or scale with replicas",
+        ));
+    }
+    let dtype = spec.kv_transfer.kv_cache_dtype;
+    if facts.is_dsa() && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
+        out.push(Finding::error(
+            "dsa-kv-dtype",
+            "spec.kvTransfer.kvCacheDtype",
+            texts::DSA_DTYPE,
+            "use kvCacheDtype auto, bfloat16 or fp8_e4m3",
+        ));
+    }
+    if facts.traits.deepseek_v4 && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
+        out.push(Finding::error(
+            "v4-kv-dtype",
+            "spec.kvTransfer.kvCacheDtype",
+            format!("{dtype} is not supported for DeepseekV4ForCausalLM"),
+            "use kvCacheDtype auto, bfloat16 or fp8_e4m3",
+        ));
+    }
+    if facts.traits.deepseek_v4 && p.attn_cp > 1 && p.cp_strategy == Some(crate::api::CpStrategy::Zigzag) {
+        out.push(Finding::error("v4-zigzag-cp", role.field("parallelism.cpStrategy"), texts::V4_ZIGZAG, "use cpStrategy: interleave"));
+    }
     if facts.architecture.as_deref() == Some("GptOssForCausalLM") {
         let args = &rs.template.extra_args;
         let attention = extra_value(args, "attention_backend");
@@ -333,6 +368,21 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
                 "remove enableKvCacheSharding from spec.decode",
             )),
             Role::Prefill => {
+                let mla = facts.pool().is_some_and(KvPool::is_mla_or_hybrid);
+                let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
+                    (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
+                    (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
+                    (Some(KvPool::Mha), false) => Some(texts::SHARDING_GQA_CP),
+                    _ => None,
+                };
+                if let Some(text) = sharding_layout {
+                    out.push(Finding::error(
+                        "sharding-layout",
+                        role.field("enableKvCacheSharding"),
+                        text,
+                        "shard GQA caches with prefill attnCp > 1, MLA caches over plain TP > 1 (attnDp 1), or turn sharding off",
+                    ));
+                }
                 if p.dcp > 1 {
                     out.push(Finding::error(
                         "sharding-with-dcp",

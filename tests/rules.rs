@@ -407,6 +407,51 @@ fn gpt_oss_takes_only_its_attention_backends() {
 }
 
 #[test]
+fn start_up_refusals_the_parity_tier_found() {
+    // Replica DP inside an instance that spans nodes.
+    let mut bad = gqa();
+    bad.decode.parallelism.dp = 2;
+    bad.decode.gpus_per_node = 8;
+    case("multi-node-dp", gqa(), bad, "spec.decode.parallelism.dp", "multi-node data-parallel replicas are not supported");
+    // DSA and DeepSeek-V4 take only some KV dtypes.
+    let dsa = base("deepseek-ai/DeepSeek-V3.2-Exp");
+    let mut bad = dsa.clone();
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Fp8E5m2;
+    case("dsa-kv-dtype", dsa, bad, "spec.kvTransfer.kvCacheDtype", "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype");
+    let mut v4 = base("x");
+    v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
+    let mut bad = v4.clone();
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Fp8E5m2;
+    case("v4-kv-dtype", v4.clone(), bad, "spec.kvTransfer.kvCacheDtype", "fp8_e5m2 is not supported for DeepseekV4ForCausalLM");
+    // DeepSeek-V4 prefill CP on CUDA: interleave only.
+    let mut good = v4.clone();
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    let mut bad = good.clone();
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    case("v4-zigzag-cp", good, bad, "spec.prefill.parallelism.cpStrategy", "DeepSeekV4 zigzag CP requires the NPU backend");
+    // KV-cache sharding: GQA shards over prefill CP, MLA over plain TP.
+    let mut good = gqa();
+    good.prefill.enable_kv_cache_sharding = true;
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    let mut bad = gqa();
+    bad.prefill.enable_kv_cache_sharding = true;
+    case(
+        "sharding-layout",
+        good,
+        bad,
+        "spec.prefill.enableKvCacheSharding",
+        "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks",
+    );
+    let mut good = mla();
+    good.prefill.enable_kv_cache_sharding = true;
+    let mut bad = good.clone();
+    bad.prefill.parallelism.attn_dp = 8;
+    case("sharding-layout", good, bad, "spec.prefill.enableKvCacheSharding", "shards across attention-TP and requires plain TP attention");
+}
+
+#[test]
 fn dsa_refuses_dcp_under_pd_with_sglang_text() {
     let mut good = base("deepseek-ai/DeepSeek-V3.2-Exp");
     good.decode.parallelism.dcp = 1;
@@ -464,7 +509,18 @@ fn paired_settings_must_match() {
 
 #[test]
 fn decode_only_speculative_decoding_is_allowed_outside_dcp() {
-    let eagle: Vec<String> = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3"].map(String::from).into();
+    let eagle: Vec<String> = [
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
+    .map(String::from)
+    .into();
     let mut good = mla();
     good.decode.template.extra_args = eagle.clone();
     // With decode DCP the relayout needs one KV entry per prefill entry.

@@ -276,6 +276,11 @@ def main():
                 m = (meta or {}).get(c["name"])
                 if m and profile not in m["profiles"]:
                     continue
+                if any(a not in (None, profile) for a in c.get("accelerators", [])):
+                    # The spec names another GPU for a role: one faked profile cannot judge it.
+                    if profile == PROFILES[0]:
+                        skipped[f"{source}: a role names another accelerator than the one faked"] += 1
+                    continue
                 arch = m["arch"] if m else c.get("architecture")
                 config = load_config(arch) if arch else None
                 if config is None:
