@@ -58,6 +58,8 @@ pub mod texts {
     pub const SHARDING_MLA_ATTN_DP: &str = "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP and requires plain TP attention; set --attn-dp-size=1.";
     pub const SHARDING_MLA_TP: &str =
         "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP ranks and needs tp_size > 1.";
+    pub const SHARDING_BACKEND: &str =
+        "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or trtllm_mla for plain-TP MLA; got";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
@@ -457,12 +459,12 @@ fn accelerator_refusal(
     spec: &PDDeploymentSpec,
     facts: &ModelFacts,
     acc: Accelerator,
-) -> Option<(&'static str, &'static str, &'static str)> {
+) -> Option<(String, &'static str, &'static str)> {
     let args = &rs.template.extra_args;
     let dtype = extra_value(args, "kv_cache_dtype").unwrap_or_else(|| spec.kv_transfer.kv_cache_dtype.to_string());
     if dtype == "mxfp8" && !acc.is_blackwell() {
         return Some((
-            texts::MXFP8_BLACKWELL,
+            texts::MXFP8_BLACKWELL.into(),
             "spec.kvTransfer.kvCacheDtype",
             "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
         ));
@@ -482,11 +484,28 @@ fn accelerator_refusal(
     let trtllm_mla = !facts.traits.deepseek_v4
         && (default_trtllm_mla || attention.as_deref() == Some("trtllm_mla") || decode.as_deref() == Some("trtllm_mla"));
     if trtllm_mla && !acc.is_blackwell() {
-        return Some((texts::TRTLLM_MLA_BLACKWELL, "template.extraArgs", "choose another --attention-backend (fa3, flashmla) on Hopper"));
+        return Some((
+            texts::TRTLLM_MLA_BLACKWELL.into(),
+            "template.extraArgs",
+            "choose another --attention-backend (fa3, flashmla) on Hopper",
+        ));
+    }
+    if rs.enable_kv_cache_sharding && facts.pool() == Some(KvPool::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
+        // SGLang shards a non-MLA cache only behind the fa3 prefill backend; without a choice a
+        // GQA model resolves fa3 on Hopper and trtllm_mha on Blackwell.
+        let default = if acc.is_blackwell() { "trtllm_mha" } else { "fa3" };
+        let backend = prefill.clone().or_else(|| attention.clone()).unwrap_or_else(|| default.to_owned());
+        if backend != "fa3" {
+            return Some((
+                format!("{} {backend:?}.", texts::SHARDING_BACKEND).replace('"', "'"),
+                "enableKvCacheSharding",
+                "give the prefill --attention-backend fa3, or turn sharding off",
+            ));
+        }
     }
     if trtllm_mla && !matches!(dtype.as_str(), "fp8_e4m3" | "bf16" | "auto") {
         return Some((
-            texts::TRTLLM_MLA_DTYPE,
+            texts::TRTLLM_MLA_DTYPE.into(),
             "spec.kvTransfer.kvCacheDtype",
             "use kvCacheDtype fp8_e4m3 or auto, or pick another --attention-backend in extraArgs",
         ));
@@ -508,7 +527,7 @@ fn check_accelerator(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: 
         None => {
             let refusing: Vec<_> =
                 Accelerator::ALL.iter().filter_map(|&a| accelerator_refusal(rs, spec, facts, a).map(|r| (a, r))).collect();
-            let Some((_, (text, f, fix))) = refusing.first().copied() else { return };
+            let Some((_, (text, f, fix))) = refusing.first().cloned() else { return };
             let names: Vec<&str> = refusing.iter().map(|(a, _)| a.as_str()).collect();
             if refusing.len() == Accelerator::ALL.len() {
                 out.push(Finding::error(

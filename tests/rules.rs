@@ -444,6 +444,23 @@ fn start_up_refusals_the_parity_tier_found() {
         "spec.prefill.enableKvCacheSharding",
         "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks",
     );
+    // GQA sharding needs the fa3 prefill backend, which Blackwell does not resolve by itself.
+    let mut hopper = gqa();
+    hopper.prefill.enable_kv_cache_sharding = true;
+    hopper.prefill.parallelism.attn_cp = 2;
+    hopper.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    hopper.prefill.accelerator = Some(pd_operator::api::Accelerator::H200);
+    let mut blackwell = hopper.clone();
+    blackwell.prefill.accelerator = Some(pd_operator::api::Accelerator::B200);
+    case(
+        "accelerator-startup",
+        hopper,
+        blackwell.clone(),
+        "spec.prefill.enableKvCacheSharding",
+        "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or trtllm_mla for plain-TP MLA; got 'trtllm_mha'.",
+    );
+    blackwell.prefill.template.extra_args = vec!["--attention-backend".into(), "fa3".into()];
+    assert!(!run(&blackwell).iter().any(|f| f.rule == "accelerator-startup"));
     let mut good = mla();
     good.prefill.enable_kv_cache_sharding = true;
     let mut bad = good.clone();
