@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test chaos image-test e2e-kind tools build lint crd bench-serving
+.PHONY: demo demo-down test chaos parity parity-sample image-test e2e-kind tools build lint crd bench-serving
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -23,6 +23,12 @@ e2e-kind:        ## kind cluster from an offline-built node image; chart, webhoo
 
 bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopback: TTFT/ITL/req/s, KV GB/s
 	hack/bench-serving.sh
+
+parity:          ## validate vs SGLang 0.5.23's own start-up on examples, rule specs and 5,000 generated specs
+	hack/parity.sh
+
+parity-sample:   ## the same on examples, rule specs and a fixed-seed sample (CI)
+	hack/parity.sh --sample
 
 tools:           ## build the pinned Kubernetes test tooling into the cache
 	hack/tools.sh

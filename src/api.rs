@@ -328,9 +328,31 @@ pub struct RoleSpec {
     /// `--enable-dsa-cache-layer-split` (DSA models with prefill CP, Mooncake only).
     #[serde(default)]
     pub enable_dsa_cache_layer_split: bool,
+    /// The GPU this role's pods run on. SGLang resolves defaults per accelerator (attention
+    /// backend, page size, KV dtype) and refuses some settings on some GPUs; when unset, rules
+    /// that depend on it warn for the profiles where start-up would fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
     /// Pod-level settings for this role's engine pods.
     #[serde(default)]
     pub template: RoleTemplate,
+}
+
+flag_enum!(
+    /// An accelerator profile: what SGLang's start-up reads from the GPU (compute capability).
+    Accelerator {
+        H100 => "H100",
+        H200 => "H200",
+        B200 => "B200",
+    } default H100
+);
+
+impl Accelerator {
+    pub const ALL: [Accelerator; 3] = [Accelerator::H100, Accelerator::H200, Accelerator::B200];
+    /// SM100+ (`is_blackwell` in SGLang's platform).
+    pub fn is_blackwell(self) -> bool {
+        matches!(self, Accelerator::B200)
+    }
 }
 
 fn one_i32() -> i32 {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
-use crate::api::PDDeployment;
+use crate::api::{Accelerator, PDDeployment};
 use crate::manifest::{self, Loaded, LoadedDeployment};
 use crate::model::{self, HfConfig};
 use crate::render::{self, RenderOptions};
@@ -53,6 +53,9 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print every object and engine argv the controller would create.
     Render(RenderArgs),
+    /// One JSON line per PDDeployment: the verdict of `validate` and each engine process's argv
+    /// and environment, for the engine-parity tier (docs/parity.md).
+    ParityCases(ValidateArgs),
     /// SGLang's decode-side bootstrap handshake.
     #[command(subcommand)]
     Handshake(HandshakeCommand),
@@ -149,6 +152,16 @@ pub struct ValidateArgs {
     pub model_config: Option<PathBuf>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: OutputFormat,
+    /// Check for pods on this GPU (H100, H200, B200) where a role's `accelerator` is unset.
+    #[arg(long, value_parser = parse_accelerator)]
+    pub accelerator: Option<Accelerator>,
+}
+
+fn parse_accelerator(s: &str) -> Result<Accelerator, String> {
+    Accelerator::ALL
+        .into_iter()
+        .find(|a| a.as_str().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("{s:?} is not an accelerator profile; one of {}", Accelerator::ALL.map(Accelerator::as_str).join(", ")))
 }
 
 #[derive(Args, Debug)]
@@ -225,6 +238,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Validate(args) => run_validate(args),
         Command::Render(args) => run_render(args),
+        Command::ParityCases(args) => run_parity_cases(args),
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
         Command::Handshake(HandshakeCommand::Run(args)) => run_sidecar(args),
         Command::Sim(cmd) => run_sim(cmd),
@@ -394,8 +408,27 @@ fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfi
     Some(HfConfig::from_config_map(cm, &r.key))
 }
 
+/// The spec with `accelerator` filled in for roles that name none.
+fn with_accelerator(
+    spec: &crate::api::PDDeploymentSpec,
+    accelerator: Option<Accelerator>,
+) -> std::borrow::Cow<'_, crate::api::PDDeploymentSpec> {
+    let mut spec = std::borrow::Cow::Borrowed(spec);
+    if let Some(acc) = accelerator {
+        let s = spec.to_mut();
+        s.prefill.accelerator.get_or_insert(acc);
+        s.decode.accelerator.get_or_insert(acc);
+    }
+    spec
+}
+
 /// Findings for one loaded PDDeployment, including unknown fields and config problems.
-fn check_one(d: &LoadedDeployment, loaded: &Loaded, global_config: Option<&HfConfig>) -> (Vec<Finding>, model::ModelFacts) {
+fn check_one(
+    d: &LoadedDeployment,
+    loaded: &Loaded,
+    global_config: Option<&HfConfig>,
+    accelerator: Option<Accelerator>,
+) -> (Vec<Finding>, model::ModelFacts) {
     let name = d.object.metadata.name.clone().unwrap_or_default();
     let mut findings: Vec<Finding> = d
         .unknown_fields
@@ -428,7 +461,7 @@ fn check_one(d: &LoadedDeployment, loaded: &Loaded, global_config: Option<&HfCon
         None => {}
     }
     let facts = model::resolve(&d.object.spec.model, config.as_ref());
-    findings.extend(validate::validate_with_facts(&name, &d.object.spec, &facts));
+    findings.extend(validate::validate_with_facts(&name, &with_accelerator(&d.object.spec, accelerator), &facts));
     (findings, facts)
 }
 
@@ -454,7 +487,7 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
         let valid = validate::is_valid(&findings);
         all_valid &= valid;
         match args.output {
@@ -480,6 +513,24 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
     if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
 
+fn run_parity_cases(args: ValidateArgs) -> ExitCode {
+    let (loaded, config) = match load(&args.files, &args.model_config) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let mut out = std::io::stdout().lock();
+    for d in &loaded.deployments {
+        let name = d.object.metadata.name.clone().unwrap_or_default();
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
+        let case = crate::parity::case(&name, &with_accelerator(&d.object.spec, args.accelerator), &facts, findings);
+        let line = serde_json::json!({"file": d.path.display().to_string(), "document": d.doc, "case": case});
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn run_render(args: RenderArgs) -> ExitCode {
     let (loaded, config) = match load(&args.files, &args.model_config) {
         Ok(v) => v,
@@ -490,7 +541,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref());
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), None);
         for f in &findings {
             eprintln!(
                 "{}{name}: {}: {} (fix: {})",

@@ -5,6 +5,7 @@ pub mod handshake;
 pub mod http_client;
 pub mod manifest;
 pub mod model;
+pub mod parity;
 pub mod render;
 pub mod shutdown;
 pub mod sim;

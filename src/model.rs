@@ -378,9 +378,9 @@ impl HfConfig {
                 (arch, kind, traits)
             }
             None => {
-                // Unknown to our catalogue: judge from the heads, as a best effort.
-                let kind = if self.kv_lora_rank.is_some() { AttentionKind::Mla } else { self.heads_kind() };
-                (arch, kind, PLAIN)
+                // SGLang decides MLA from its list of architectures, not from config fields: an
+                // architecture it does not list builds an MHA pool even with `kv_lora_rank`.
+                (arch, self.heads_kind(), PLAIN)
             }
         }
     }
@@ -532,6 +532,12 @@ mod tests {
         assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(swa).unwrap())).pool(), Some(KvPool::Mha));
         let bailing = r#"{"architectures":["BailingMoeV3ForCausalLM"],"model_type":"bailing_moe_v3"}"#;
         assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(bailing).unwrap())).pool(), Some(KvPool::Mla));
+    }
+
+    #[test]
+    fn an_unlisted_architecture_is_not_mla_for_its_kv_lora_rank() {
+        let cfg = r#"{"architectures":["SomeNewForCausalLM"],"kv_lora_rank":512,"num_attention_heads":64,"num_key_value_heads":64}"#;
+        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(cfg).unwrap())).pool(), Some(KvPool::Mha));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::api::{AllocationPolicy, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
+use crate::api::{Accelerator, AllocationPolicy, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
 use crate::model::{HfConfig, KvPool, ModelFacts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -45,6 +45,22 @@ impl Finding {
 pub mod texts {
     pub const DCP_NEEDS_MLA: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
     pub const DCP_NO_SHARDING: &str = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
+    pub const MXFP8_BLACKWELL: &str =
+        "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU for the block-scaled operands used by the FA4 MXFP8 attention path.";
+    pub const TRTLLM_MLA_BLACKWELL: &str =
+        "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). Please use a different backend.";
+    pub const TRTLLM_MLA_DTYPE: &str = "TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.";
+    pub const GPT_OSS_BACKENDS: &str = "GptOssForCausalLM requires one of ['triton', 'trtllm_mha', 'fa3', 'fa4', 'ascend', 'intel_amx', 'intel_xpu', 'aiter'] attention backend, but got the following backends";
+    pub const MULTI_NODE_DP: &str = "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes";
+    pub const DSA_DTYPE: &str = "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype";
+    pub const V4_ZIGZAG: &str = "DeepSeekV4 zigzag CP requires the NPU backend; CUDA/HIP backends reindex with interleave order.";
+    pub const SHARDING_GQA_CP: &str = "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks and requires --enable-prefill-cp with attn_cp_size > 1.";
+    pub const SHARDING_MLA_ATTN_DP: &str = "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP and requires plain TP attention; set --attn-dp-size=1.";
+    pub const SHARDING_MLA_TP: &str =
+        "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP ranks and needs tp_size > 1.";
+    pub const SHARDING_BACKEND: &str =
+        "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or trtllm_mla for plain-TP MLA; got";
+    pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
     pub const PREFILL_NO_FAKE: &str = "Prefill server does not support 'fake' as the transfer backend";
@@ -59,45 +75,73 @@ pub mod texts {
 
 pub use crate::api::Role;
 
-/// Engine flags the operator derives from the spec; `extraArgs` must not set them.
-pub const MANAGED_FLAGS: &[&str] = &[
-    "--model-path",
-    "--model",
-    "--served-model-name",
-    "--revision",
-    "--disaggregation-mode",
-    "--disaggregation-bootstrap-port",
-    "--disaggregation-transfer-backend",
-    "--disaggregation-ib-device",
-    "--disaggregation-decode-allocation-policy",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--tp",
-    "--dp-size",
-    "--data-parallel-size",
-    "--dp",
-    "--attn-dp-size",
-    "--attention-data-parallel-size",
-    "--enable-dp-attention",
-    "--pp-size",
-    "--pipeline-parallel-size",
-    "--attn-cp-size",
-    "--attention-context-parallel-size",
-    "--enable-prefill-cp",
-    "--cp-strategy",
-    "--dcp-size",
-    "--decode-context-parallel-size",
-    "--page-size",
-    "--kv-cache-dtype",
-    "--enable-kv-cache-sharding",
-    "--enable-dsa-cache-layer-split",
-    "--host",
-    "--port",
-    "--dist-init-addr",
-    "--nccl-init-addr",
-    "--nnodes",
-    "--node-rank",
+/// SGLang 0.5.23's `sglang serve` options, `--option dest` per line (tests/parity/dump_flags.py
+/// writes it from SGLang's own parser).
+static SGLANG_OPTIONS: &str = include_str!("sglang_flags.txt");
+
+/// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,
+/// under any of their option strings or abbreviations.
+pub const MANAGED_DESTS: &[&str] = &[
+    "model_path",
+    "served_model_name",
+    "revision",
+    "disaggregation_mode",
+    "disaggregation_bootstrap_port",
+    "disaggregation_transfer_backend",
+    "disaggregation_ib_device",
+    "disaggregation_decode_allocation_policy",
+    "tp_size",
+    "dp_size",
+    "attn_dp_size",
+    "enable_dp_attention",
+    "pp_size",
+    "attn_cp_size",
+    "enable_prefill_cp",
+    "cp_strategy",
+    "dcp_size",
+    "page_size",
+    "kv_cache_dtype",
+    "enable_kv_cache_sharding",
+    "enable_dsa_cache_layer_split",
+    "host",
+    "port",
+    "dist_init_addr",
+    "nnodes",
+    "node_rank",
 ];
+
+/// How SGLang's argparse parser (`allow_abbrev` on) reads one `--…` argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptionMatch {
+    /// An option string, exactly or as its unique prefix.
+    Option { option: &'static str, dest: &'static str },
+    /// A prefix of several options: argparse exits with `ambiguous option`.
+    Ambiguous(Vec<&'static str>),
+    /// No option starts with it: argparse exits with `unrecognized arguments`.
+    Unknown,
+}
+
+fn sglang_options() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SGLANG_OPTIONS.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' '))
+}
+
+/// Matches an argument the way Python 3.11's argparse does: the part before `=` exactly, else
+/// as a prefix. `None` for arguments that are not long options (values, `--` itself).
+pub fn match_option(arg: &str) -> Option<OptionMatch> {
+    if !arg.starts_with("--") || arg == "--" {
+        return None;
+    }
+    let name = arg.split_once('=').map_or(arg, |(n, _)| n);
+    if let Some((option, dest)) = sglang_options().find(|(o, _)| *o == name) {
+        return Some(OptionMatch::Option { option, dest });
+    }
+    let matches: Vec<_> = sglang_options().filter(|(o, _)| o.starts_with(name)).collect();
+    Some(match matches.as_slice() {
+        [] => OptionMatch::Unknown,
+        [(option, dest)] => OptionMatch::Option { option, dest },
+        many => OptionMatch::Ambiguous(many.iter().map(|(o, _)| *o).collect()),
+    })
+}
 
 /// Environment variables the operator sets on engine containers.
 pub const MANAGED_ENV: &[&str] = &["SGLANG_HOST_IP", "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"];
@@ -147,7 +191,8 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         if sizes_ok {
-            check_startup(role, rs, spec, &mut out);
+            check_startup(role, rs, spec, facts, &mut out);
+            check_accelerator(role, rs, spec, facts, &mut out);
             check_gpus(role, rs, &mut out);
         }
         check_extra_args(role, rs, &mut out);
@@ -197,7 +242,7 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
 }
 
 /// What each engine checks at its own start-up (spec §7a item 1).
-fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     let groups = p.attn_dp * p.attn_cp;
     if !p.tp.is_multiple_of(groups) {
@@ -229,6 +274,58 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
             format!("tensor_model_parallel_size ({}) must be divisible by decode_context_parallel_size ({})", p.tp, p.dcp),
             format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, largest_divisor_at_most(p.tp, p.dcp)),
         ));
+    }
+    if p.dcp > 1 && facts.is_dsa() {
+        out.push(Finding::error(
+            "dsa-dcp-pd",
+            role.field("parallelism.dcp"),
+            texts::DSA_DCP_PD,
+            format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
+        ));
+    }
+    if p.dp > 1 && crate::render::nodes_per_instance(rs) > 1 {
+        out.push(Finding::error(
+            "multi-node-dp",
+            role.field("parallelism.dp"),
+            texts::MULTI_NODE_DP,
+            "keep dp: 1 for an instance spanning nodes; use attnDp, or scale with replicas",
+        ));
+    }
+    let dtype = spec.kv_transfer.kv_cache_dtype;
+    if facts.is_dsa() && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
+        out.push(Finding::error(
+            "dsa-kv-dtype",
+            "spec.kvTransfer.kvCacheDtype",
+            texts::DSA_DTYPE,
+            "use kvCacheDtype auto, bfloat16 or fp8_e4m3",
+        ));
+    }
+    if facts.traits.deepseek_v4 && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
+        out.push(Finding::error(
+            "v4-kv-dtype",
+            "spec.kvTransfer.kvCacheDtype",
+            format!("{dtype} is not supported for DeepseekV4ForCausalLM"),
+            "use kvCacheDtype auto, bfloat16 or fp8_e4m3",
+        ));
+    }
+    if facts.traits.deepseek_v4 && p.attn_cp > 1 && p.cp_strategy == Some(crate::api::CpStrategy::Zigzag) {
+        out.push(Finding::error("v4-zigzag-cp", role.field("parallelism.cpStrategy"), texts::V4_ZIGZAG, "use cpStrategy: interleave"));
+    }
+    if facts.architecture.as_deref() == Some("GptOssForCausalLM") {
+        let args = &rs.template.extra_args;
+        let attention = extra_value(args, "attention_backend");
+        let chosen = [
+            extra_value(args, "prefill_attention_backend").or(attention.clone()),
+            extra_value(args, "decode_attention_backend").or(attention),
+        ];
+        if chosen.iter().flatten().any(|b| !GPT_OSS_BACKENDS.contains(&b.as_str())) {
+            out.push(Finding::error(
+                "gpt-oss-attention-backend",
+                role.field("template.extraArgs"),
+                texts::GPT_OSS_BACKENDS,
+                format!("use one of {} as --attention-backend, or leave it to SGLang", GPT_OSS_BACKENDS.join(", ")),
+            ));
+        }
     }
     if p.attn_cp > 1 {
         if p.dcp > 1 {
@@ -273,6 +370,21 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
                 "remove enableKvCacheSharding from spec.decode",
             )),
             Role::Prefill => {
+                let mla = facts.pool().is_some_and(KvPool::is_mla_or_hybrid);
+                let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
+                    (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
+                    (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
+                    (Some(KvPool::Mha), false) => Some(texts::SHARDING_GQA_CP),
+                    _ => None,
+                };
+                if let Some(text) = sharding_layout {
+                    out.push(Finding::error(
+                        "sharding-layout",
+                        role.field("enableKvCacheSharding"),
+                        text,
+                        "shard GQA caches with prefill attnCp > 1, MLA caches over plain TP > 1 (attnDp 1), or turn sharding off",
+                    ));
+                }
                 if p.dcp > 1 {
                     out.push(Finding::error(
                         "sharding-with-dcp",
@@ -305,6 +417,137 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut V
     }
 }
 
+/// The last value extraArgs give an argparse destination (argparse keeps the last), matching
+/// options as SGLang's parser does; `Some("")` for a bare switch.
+pub fn extra_value(args: &[String], dest: &str) -> Option<String> {
+    let mut found = None;
+    for (i, arg) in args.iter().enumerate() {
+        if let Some(OptionMatch::Option { dest: d, .. }) = match_option(arg)
+            && d == dest
+        {
+            found = Some(match arg.split_once('=') {
+                Some((_, v)) => v.to_owned(),
+                None => args.get(i + 1).filter(|v| !v.starts_with("--")).cloned().unwrap_or_default(),
+            });
+        }
+    }
+    found
+}
+
+/// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`): without
+/// DSA and without a chosen backend, they resolve `trtllm_mla` on SM100.
+const DEEPSEEK_OVERRIDE_ARCHS: &[&str] = &[
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+    "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN",
+    "Dots3NoteForCausalLM",
+];
+
+const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
+
+/// The first start-up refusal that depends on the GPU, for one accelerator.
+fn accelerator_refusal(
+    rs: &RoleSpec,
+    spec: &PDDeploymentSpec,
+    facts: &ModelFacts,
+    acc: Accelerator,
+) -> Option<(String, &'static str, &'static str)> {
+    let args = &rs.template.extra_args;
+    let dtype = extra_value(args, "kv_cache_dtype").unwrap_or_else(|| spec.kv_transfer.kv_cache_dtype.to_string());
+    if dtype == "mxfp8" && !acc.is_blackwell() {
+        return Some((
+            texts::MXFP8_BLACKWELL.into(),
+            "spec.kvTransfer.kvCacheDtype",
+            "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
+        ));
+    }
+    let (attention, prefill, decode) = (
+        extra_value(args, "attention_backend"),
+        extra_value(args, "prefill_attention_backend"),
+        extra_value(args, "decode_attention_backend"),
+    );
+    let default_trtllm_mla = attention.is_none()
+        && prefill.is_none()
+        && decode.is_none()
+        && acc.is_blackwell()
+        && !facts.is_dsa()
+        && facts.architecture.as_deref().is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a));
+    // DeepSeek-V4 resolves its own `dsv4` backend whatever extraArgs ask for.
+    let trtllm_mla = !facts.traits.deepseek_v4
+        && (default_trtllm_mla || attention.as_deref() == Some("trtllm_mla") || decode.as_deref() == Some("trtllm_mla"));
+    if trtllm_mla && !acc.is_blackwell() {
+        return Some((
+            texts::TRTLLM_MLA_BLACKWELL.into(),
+            "template.extraArgs",
+            "choose another --attention-backend (fa3, flashmla) on Hopper",
+        ));
+    }
+    if rs.enable_kv_cache_sharding && facts.pool() == Some(KvPool::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
+        // SGLang shards a non-MLA cache only behind the fa3 prefill backend; without a choice a
+        // GQA model resolves fa3 on Hopper and trtllm_mha on Blackwell.
+        let default = if acc.is_blackwell() { "trtllm_mha" } else { "fa3" };
+        let backend = prefill.clone().or_else(|| attention.clone()).unwrap_or_else(|| default.to_owned());
+        if backend != "fa3" {
+            return Some((
+                format!("{} {backend:?}.", texts::SHARDING_BACKEND).replace('"', "'"),
+                "enableKvCacheSharding",
+                "give the prefill --attention-backend fa3, or turn sharding off",
+            ));
+        }
+    }
+    if trtllm_mla && !matches!(dtype.as_str(), "fp8_e4m3" | "bf16" | "auto") {
+        return Some((
+            texts::TRTLLM_MLA_DTYPE.into(),
+            "spec.kvTransfer.kvCacheDtype",
+            "use kvCacheDtype fp8_e4m3 or auto, or pick another --attention-backend in extraArgs",
+        ));
+    }
+    None
+}
+
+/// Start-up refusals that depend on the GPU: an error on the role's accelerator, or, when the
+/// role names none, an error if every profile refuses and a warning naming those that do.
+fn check_accelerator(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let field = |f: &str| if f.starts_with("spec.") { f.to_owned() } else { role.field(f) };
+    let fix_unknown = format!("set {} to the GPU its pods run on (H100, H200 or B200)", role.field("accelerator"));
+    match rs.accelerator {
+        Some(acc) => {
+            if let Some((text, f, fix)) = accelerator_refusal(rs, spec, facts, acc) {
+                out.push(Finding::error("accelerator-startup", field(f), format!("{text} ({} on {acc})", role.as_str()), fix));
+            }
+        }
+        None => {
+            let refusing: Vec<_> =
+                Accelerator::ALL.iter().filter_map(|&a| accelerator_refusal(rs, spec, facts, a).map(|r| (a, r))).collect();
+            let Some((_, (text, f, fix))) = refusing.first().cloned() else { return };
+            let names: Vec<&str> = refusing.iter().map(|(a, _)| a.as_str()).collect();
+            if refusing.len() == Accelerator::ALL.len() {
+                out.push(Finding::error(
+                    "accelerator-startup",
+                    field(f),
+                    format!("{text} ({} on any of {})", role.as_str(), names.join(", ")),
+                    fix,
+                ));
+            } else {
+                out.push(Finding::warning(
+                    "accelerator-startup",
+                    field(f),
+                    format!("on {}, the {} refuses to start: {text}", names.join(" and "), role.as_str()),
+                    format!("{fix_unknown}; {fix}"),
+                ));
+            }
+        }
+    }
+}
+
 /// An instance's GPUs must fill whole nodes when they span several.
 fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
     let gpus = rs.parallelism.gpus();
@@ -331,15 +574,39 @@ fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
 }
 
 fn check_extra_args(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
-    for (i, arg) in rs.template.extra_args.iter().enumerate() {
-        let flag = arg.split('=').next().unwrap_or(arg);
-        if MANAGED_FLAGS.contains(&flag) {
-            out.push(Finding::error(
-                "extra-args-managed-flag",
-                role.field(&format!("template.extraArgs[{i}]")),
-                format!("`{flag}` is managed by pd-operator and derived from the spec; extraArgs may not override it"),
-                format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
-            ));
+    let args = &rs.template.extra_args;
+    for (i, arg) in args.iter().enumerate() {
+        let field = role.field(&format!("template.extraArgs[{i}]"));
+        let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+        match match_option(arg) {
+            None => {}
+            Some(OptionMatch::Option { option, dest }) if MANAGED_DESTS.contains(&dest) => {
+                let read_as = if option == flag { String::new() } else { format!(" (SGLang's parser reads `{flag}` as `{option}`)") };
+                out.push(Finding::error(
+                    "extra-args-managed-flag",
+                    field,
+                    format!("`{option}` is managed by pd-operator and derived from the spec; extraArgs may not override it{read_as}"),
+                    format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
+                ));
+            }
+            Some(OptionMatch::Option { .. }) => {}
+            Some(OptionMatch::Ambiguous(options)) => out.push(Finding::error(
+                "extra-args-argparse",
+                field,
+                format!("ambiguous option: {flag} could match {}", options.join(", ")),
+                "spell the option out in full",
+            )),
+            Some(OptionMatch::Unknown) => {
+                // argparse lists the unknown option with the values that follow it.
+                let values = args[i + 1..].iter().take_while(|a| !a.starts_with("--"));
+                let shown: Vec<&str> = std::iter::once(arg.as_str()).chain(values.map(String::as_str)).collect();
+                out.push(Finding::error(
+                    "extra-args-argparse",
+                    field,
+                    format!("unrecognized arguments: {}", shown.join(" ")),
+                    format!("`{flag}` is not an option of SGLang 0.5.23's `sglang serve`; check the spelling, or remove it"),
+                ));
+            }
         }
     }
     for (i, env) in rs.template.env.iter().enumerate() {
@@ -396,7 +663,11 @@ fn check_paired_settings(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     let (p, d) = (&spec.prefill.template, &spec.decode.template);
     for (flag, why) in PAIRED_FLAGS {
         let (pv, dv) = (flag_value(&p.extra_args, flag), flag_value(&d.extra_args, flag));
-        if pv != dv {
+        // SGLang's transfer handles a decode that keeps draft KV for a prefill without
+        // speculative decoding (extra destination layers); only the DCP relayout needs one KV
+        // entry per prefill entry.
+        let decode_only_speculative = flag.starts_with("--speculative-") && pv.is_none() && spec.decode.parallelism.dcp == 1;
+        if pv != dv && !decode_only_speculative {
             out.push(Finding::error(
                 "paired-flag",
                 "spec.decode.template.extraArgs",
@@ -578,15 +849,20 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
         if p.pp != 1 || p.attn_cp != 1 || p.dcp != 1 {
             unsupported.push("pipeline or attention context parallelism");
         }
-        if p.attn_tp() != 1 {
+        // SGLang compares tp with dp only under enable_dp_attention, which resolution leaves
+        // false: attention TP is tp here, whatever attnDp says.
+        if p.tp != 1 {
             unsupported.push("attention tensor parallelism greater than one");
+        }
+        if env_truthy(env_value(spec.role(role), "SGLANG_DISAGG_STAGING_BUFFER").as_deref()) {
+            unsupported.push("staging buffers");
         }
         if !unsupported.is_empty() {
             out.push(Finding::error(
                 "prefill-complete-startup",
                 role.field("parallelism"),
                 format!("--disaggregation-decode-allocation-policy prefill_complete does not yet support {}", unsupported.join(", ")),
-                "use decodeAllocationPolicy: early, or attention TP 1 (tp == attnDp), pp 1, attnCp 1, dcp 1 with mooncake",
+                "use decodeAllocationPolicy: early, or tp 1, pp 1, attnCp 1, dcp 1 with mooncake",
             ));
         }
     }
@@ -632,11 +908,13 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
                 ));
             }
             if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                out.push(Finding::error(
+                // SGLang 0.5.23 reads the variable only in its mooncake and nixl connectors; with
+                // another backend it starts and never stages.
+                out.push(Finding::warning(
                     "staging-buffer-backend",
-                    "spec.kvTransfer.backend",
+                    role.field("template.env"),
                     format!(
-                        "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.",
+                        "SGLANG_DISAGG_STAGING_BUFFER has no effect with the '{}' transfer backend: only mooncake and nixl stage KV",
                         spec.kv_transfer.backend
                     ),
                     "use backend mooncake or nixl, or drop SGLANG_DISAGG_STAGING_BUFFER",

@@ -23,7 +23,23 @@ fn gqa() -> PDDeploymentSpec {
 }
 
 fn run(spec: &PDDeploymentSpec) -> Vec<Finding> {
+    dump_for_parity(spec);
     validate("pd", spec, None)
+}
+
+/// With `PD_PARITY_DUMP=<dir>`, every spec a rule test validates is also written there as a
+/// PDDeployment, so the engine-parity tier (hack/parity.sh) judges the same specs with SGLang.
+fn dump_for_parity(spec: &PDDeploymentSpec) {
+    use std::hash::{Hash, Hasher};
+    let Some(dir) = std::env::var_os("PD_PARITY_DUMP") else { return };
+    let doc = serde_json::json!({
+        "apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": "pd"}, "spec": spec,
+    });
+    let text = doc.to_string();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let path = std::path::Path::new(&dir).join(format!("rules-{:016x}.yaml", h.finish()));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 fn has(findings: &[Finding], rule: &str, severity: Severity, field: &str, text: &str) -> bool {
@@ -310,11 +326,171 @@ fn page_size_is_required() {
 fn prefill_complete_needs_attention_tp_one() {
     let mut good = mla();
     good.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
-    good.prefill.parallelism.attn_dp = 8;
-    good.decode.parallelism.attn_dp = 8;
+    good.prefill.parallelism.tp = 1;
+    good.decode.parallelism.tp = 1;
     let mut bad = mla();
     bad.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
-    case("prefill-complete-peer", good, bad, "spec.prefill.parallelism", "prefill_complete requires peer attention TP1/CP1/PP1");
+    case("prefill-complete-peer", good.clone(), bad, "spec.prefill.parallelism", "prefill_complete requires peer attention TP1/CP1/PP1");
+    // SGLang reads attention TP as tp here (resolution leaves enable_dp_attention false), so
+    // tp 8 with attnDp 8 is refused at start-up although its attention TP is 1.
+    let mut dp_attention = good.clone();
+    dp_attention.prefill.parallelism = serde_json::from_value(serde_json::json!({"tp": 8, "attnDp": 8})).unwrap();
+    case(
+        "prefill-complete-startup",
+        good,
+        dp_attention,
+        "spec.prefill.parallelism",
+        "--disaggregation-decode-allocation-policy prefill_complete does not yet support attention tensor parallelism greater than one",
+    );
+}
+
+#[test]
+fn gpu_dependent_refusals_follow_the_accelerator() {
+    use pd_operator::api::Accelerator;
+    // MXFP8 KV needs SM100+: an error on Hopper, a warning when the GPU is not named.
+    let mut bad = gqa();
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Mxfp8;
+    let mut good = bad.clone();
+    good.prefill.accelerator = Some(Accelerator::B200);
+    good.decode.accelerator = Some(Accelerator::B200);
+    let mut hopper = bad.clone();
+    hopper.prefill.accelerator = Some(Accelerator::H200);
+    hopper.decode.accelerator = Some(Accelerator::H200);
+    case("accelerator-startup", good, hopper, "spec.kvTransfer.kvCacheDtype", "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU");
+    let unnamed = run(&bad);
+    assert!(has(&unnamed, "accelerator-startup", Severity::Warning, "spec.kvTransfer.kvCacheDtype", "on H100 and H200"), "{unnamed:#?}");
+    // DeepSeek-V3 resolves trtllm_mla on B200, which takes only fp8_e4m3, bf16 or auto.
+    let mut b200 = mla();
+    b200.kv_transfer.kv_cache_dtype = KvCacheDtype::Bfloat16;
+    b200.prefill.accelerator = Some(Accelerator::B200);
+    b200.decode.accelerator = Some(Accelerator::B200);
+    let mut h200 = b200.clone();
+    h200.prefill.accelerator = Some(Accelerator::H200);
+    h200.decode.accelerator = Some(Accelerator::H200);
+    case(
+        "accelerator-startup",
+        h200,
+        b200,
+        "spec.kvTransfer.kvCacheDtype",
+        "TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.",
+    );
+    // An explicit trtllm_mla needs Blackwell.
+    let mut hopper = mla();
+    hopper.prefill.accelerator = Some(Accelerator::H100);
+    hopper.decode.accelerator = Some(Accelerator::H100);
+    hopper.decode.template.extra_args = vec!["--attention-backend".into(), "trtllm_mla".into()];
+    let mut blackwell = hopper.clone();
+    blackwell.prefill.accelerator = Some(Accelerator::B200);
+    blackwell.decode.accelerator = Some(Accelerator::B200);
+    case(
+        "accelerator-startup",
+        blackwell,
+        hopper,
+        "spec.decode.template.extraArgs",
+        "TRTLLM MLA backend is only supported on Blackwell GPUs",
+    );
+}
+
+#[test]
+fn gpt_oss_takes_only_its_attention_backends() {
+    let mut good = base("openai/gpt-oss-120b");
+    good.decode.template.extra_args = vec!["--attention-backend".into(), "triton".into()];
+    let mut bad = good.clone();
+    bad.decode.template.extra_args = vec!["--attention-backend".into(), "flashinfer".into()];
+    case(
+        "gpt-oss-attention-backend",
+        good,
+        bad,
+        "spec.decode.template.extraArgs",
+        "GptOssForCausalLM requires one of ['triton', 'trtllm_mha'",
+    );
+}
+
+#[test]
+fn start_up_refusals_the_parity_tier_found() {
+    // Replica DP inside an instance that spans nodes.
+    let mut bad = gqa();
+    bad.decode.parallelism.dp = 2;
+    bad.decode.gpus_per_node = 8;
+    case("multi-node-dp", gqa(), bad, "spec.decode.parallelism.dp", "multi-node data-parallel replicas are not supported");
+    // DSA and DeepSeek-V4 take only some KV dtypes.
+    let dsa = base("deepseek-ai/DeepSeek-V3.2-Exp");
+    let mut bad = dsa.clone();
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Fp8E5m2;
+    case("dsa-kv-dtype", dsa, bad, "spec.kvTransfer.kvCacheDtype", "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype");
+    let mut v4 = base("x");
+    v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
+    let mut bad = v4.clone();
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Fp8E5m2;
+    case("v4-kv-dtype", v4.clone(), bad, "spec.kvTransfer.kvCacheDtype", "fp8_e5m2 is not supported for DeepseekV4ForCausalLM");
+    // DeepSeek-V4 prefill CP on CUDA: interleave only.
+    let mut good = v4.clone();
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    let mut bad = good.clone();
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    case("v4-zigzag-cp", good, bad, "spec.prefill.parallelism.cpStrategy", "DeepSeekV4 zigzag CP requires the NPU backend");
+    // KV-cache sharding: GQA shards over prefill CP, MLA over plain TP.
+    let mut good = gqa();
+    good.prefill.enable_kv_cache_sharding = true;
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    let mut bad = gqa();
+    bad.prefill.enable_kv_cache_sharding = true;
+    case(
+        "sharding-layout",
+        good,
+        bad,
+        "spec.prefill.enableKvCacheSharding",
+        "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks",
+    );
+    // GQA sharding needs the fa3 prefill backend, which Blackwell does not resolve by itself.
+    let mut hopper = gqa();
+    hopper.prefill.enable_kv_cache_sharding = true;
+    hopper.prefill.parallelism.attn_cp = 2;
+    hopper.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    hopper.prefill.accelerator = Some(pd_operator::api::Accelerator::H200);
+    let mut blackwell = hopper.clone();
+    blackwell.prefill.accelerator = Some(pd_operator::api::Accelerator::B200);
+    case(
+        "accelerator-startup",
+        hopper,
+        blackwell.clone(),
+        "spec.prefill.enableKvCacheSharding",
+        "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or trtllm_mla for plain-TP MLA; got 'trtllm_mha'.",
+    );
+    blackwell.prefill.template.extra_args = vec!["--attention-backend".into(), "fa3".into()];
+    assert!(!run(&blackwell).iter().any(|f| f.rule == "accelerator-startup"));
+    let mut good = mla();
+    good.prefill.enable_kv_cache_sharding = true;
+    let mut bad = good.clone();
+    bad.prefill.parallelism.attn_dp = 8;
+    case("sharding-layout", good, bad, "spec.prefill.enableKvCacheSharding", "shards across attention-TP and requires plain TP attention");
+}
+
+#[test]
+fn dsa_refuses_dcp_under_pd_with_sglang_text() {
+    let mut good = base("deepseek-ai/DeepSeek-V3.2-Exp");
+    good.decode.parallelism.dcp = 1;
+    let mut bad = good.clone();
+    bad.decode.parallelism.dcp = 2;
+    case("dsa-dcp-pd", good, bad, "spec.decode.parallelism.dcp", "DSA DCP does not support PD disaggregation.");
+}
+
+#[test]
+fn extra_args_are_read_as_sglang_argparse_reads_them() {
+    for (args, rule, text) in [
+        (vec!["--tp", "4"], "extra-args-managed-flag", "(SGLang's parser reads `--tp` as `--tp-size`)"),
+        (vec!["--page-si=32"], "extra-args-managed-flag", "`--page-size` is managed"),
+        (vec!["--attn-dp", "2"], "extra-args-managed-flag", "`--attn-dp-size` is managed"),
+        (vec!["--nccl-init-addr", "a:1"], "extra-args-managed-flag", "`--nccl-init-addr` is managed"),
+        (vec!["--no-such-flag", "1"], "extra-args-argparse", "unrecognized arguments: --no-such-flag 1"),
+        (vec!["--page", "8"], "extra-args-argparse", "ambiguous option: --page could match --page-size, --paged-experts-num-resident"),
+    ] {
+        let mut bad = mla();
+        bad.decode.template.extra_args = args.iter().map(|a| a.to_string()).collect();
+        case(rule, mla(), bad, "spec.decode.template.extraArgs[0]", text);
+    }
 }
 
 #[test]
@@ -346,6 +522,32 @@ fn paired_settings_must_match() {
     let mut bad = gqa();
     bad.decode.template.env = vec![env("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "1")];
     case("paired-env", good, bad, "spec.decode.template.env", "SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK differs between roles");
+}
+
+#[test]
+fn decode_only_speculative_decoding_is_allowed_outside_dcp() {
+    let eagle: Vec<String> = [
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
+    .map(String::from)
+    .into();
+    let mut good = mla();
+    good.decode.template.extra_args = eagle.clone();
+    // With decode DCP the relayout needs one KV entry per prefill entry.
+    let mut bad = good.clone();
+    bad.decode.parallelism.dcp = 2;
+    case("paired-flag", good, bad, "spec.decode.template.extraArgs", "`--speculative-algorithm` differs between roles");
+    // Prefill-only, or different values, stay refused.
+    let mut prefill_only = mla();
+    prefill_only.prefill.template.extra_args = eagle;
+    assert!(run(&prefill_only).iter().any(|f| f.rule == "paired-flag"));
 }
 
 #[test]

@@ -1,0 +1,360 @@
+"""Engine parity: `pd-operator validate`'s verdict against SGLang 0.5.23's own start-up.
+
+For every spec of the corpus (the examples, the specs the rule tests validate, and specs made
+by a fixed-seed generator over model families, parallelism, backends, KV dtypes, page sizes,
+extraArgs and env), `pd-operator parity-cases` gives the operator's verdict and the argv and
+environment of every engine process; tests/parity/oracle.py runs SGLang's start-up resolution
+on each process with the model's config.json on a faked accelerator. A spec is admitted by
+SGLang when every process of both roles starts. The report counts:
+
+  agree        both admit, or both deny;
+  op-only      the operator denies only through rules SGLang's start-up does not have
+               (handshake-time or operator policy; docs/parity.md lists them), SGLang starts;
+  false-deny   the operator denies through a start-up rule, SGLang starts;
+  false-admit  the operator admits, SGLang refuses to start.
+
+Run with the python hack/sglang-oracle-venv.sh prints (it has PyYAML); hack/parity.sh does it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = os.path.join(HERE, "configs")
+PROFILES = ["H100", "H200", "B200"]
+
+# Rules SGLang's start-up does not raise: they prevent a later failure (the handshake, a
+# transfer, the pod layout). Each is listed in docs/parity.md with the failure it prevents.
+OPERATOR_ONLY = {
+    # Kubernetes and the rendered objects
+    "name-dns-label", "name-too-long", "model-path", "unknown-field", "model-config",
+    "gpus-fill-nodes", "extra-args-managed-flag", "env-managed",
+    # settings SGLang never compares between the roles
+    "paired-flag", "paired-env",
+    # the decode's bootstrap handshake (decode side, after both engines started)
+    "page-size-required", "page-size-mismatch", "minimax-equal-attn-tp", "dspark-equal-tp",
+    "mxfp8-equal-attn-tp", "decode-dcp-needs-mla", "decode-dcp-prefill-cp",
+    "decode-dcp-prefill-sharding", "mla-sharding-equal-tp", "decode-cp-one", "decode-pp",
+    "attention-kind-unknown", "prefill-complete-peer",
+    # rank mapping and routing that fail per request
+    "attn-tp-divide", "prefill-replica-dp", "staging-buffer-mla",
+}
+
+FAMILIES = {
+    "GQA": ["Qwen2ForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM"],
+    "MLA": ["DeepseekV3ForCausalLM"],
+    "DSA": ["DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"],
+    "hybrid-MLA": ["KimiLinearForCausalLM"],
+    "hybrid-SWA": ["GptOssForCausalLM"],
+    "DeepSeek-V4": ["DeepseekV4ForCausalLM"],
+}
+FAMILY_OF = {arch: fam for fam, archs in FAMILIES.items() for arch in archs}
+
+
+def load_config(arch):
+    path = os.path.join(CONFIGS, f"{arch}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------- generator
+
+EXTRA_ARGS = [
+    [],
+    [],
+    [],
+    ["--mem-fraction-static", "0.85"],
+    ["--chunked-prefill-size", "8192"],
+    ["--disable-radix-cache"],
+    ["--attention-backend", "fa3"],
+    ["--attention-backend", "flashinfer"],
+    ["--attention-backend", "triton"],
+    ["--attention-backend", "flashmla"],
+    ["--attention-backend", "trtllm_mla"],
+    ["--attention-backend", "fa4"],
+    ["--cuda-graph-max-bs", "64"],
+    ["--tp", "4"],
+    ["--page-si", "32"],
+    ["--attention-backend", "trtllm_mla"],
+    ["--decode-attention-backend", "flashinfer"],
+    ["--prefill-attention-backend", "fa4"],
+    ["--enable-dp-attention"],
+    ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+     "--speculative-num-draft-tokens", "4"],
+    ["--disaggregation-enable-kv-checksum"],
+    ["--disable-hybrid-swa-memory"],
+    ["--nonexistent-flag", "1"],
+]
+ENVS = [[], [], [], [], [{"name": "SGLANG_DISAGG_STAGING_BUFFER", "value": "true"}],
+        [{"name": "SGLANG_ENABLE_DISAGG_SAMPLING_MASK", "value": "1"}]]
+
+
+def pick(rng, weighted):
+    values, weights = zip(*weighted)
+    return rng.choices(values, weights)[0]
+
+
+def gen_role(rng, role):
+    tp = pick(rng, [(1, 1), (2, 2), (4, 3), (8, 8), (16, 2)])
+    attn_dp = pick(rng, [(1, 8), (2, 1), (4, 1), (8, 1)])
+    dp = pick(rng, [(1, 12), (2, 1)])
+    pp = pick(rng, [(1, 10), (2, 1)])
+    attn_cp = pick(rng, [(1, 10), (2, 1)])
+    dcp = pick(rng, [(1, 6), (2, 3) if role == "decode" else (2, 1), (4, 1), (3, 1)])
+    par = {"tp": tp}
+    for k, v in [("dp", dp), ("attnDp", attn_dp), ("pp", pp), ("attnCp", attn_cp), ("dcp", dcp)]:
+        if v != 1:
+            par[k] = v
+    if attn_cp > 1 and rng.random() < 0.85:
+        par["cpStrategy"] = rng.choice(["zigzag", "interleave"])
+    out = {"replicas": 1, "parallelism": par}
+    if tp * pp * dp > 8:
+        out["gpusPerNode"] = 8
+    if role == "prefill" and rng.random() < 0.05:
+        out["enableKvCacheSharding"] = True
+    return out
+
+
+def gen_spec(rng, i, seed):
+    family = rng.choice(list(FAMILIES))
+    arch = rng.choice(FAMILIES[family])
+    profile = rng.choice(PROFILES)
+    kv = {"backend": pick(rng, [("mooncake", 12), ("nixl", 3), ("mori", 1), ("fake", 1)])}
+    page = pick(rng, [(None, 3), (1, 2), (16, 1), (32, 1), (64, 6), (128, 2), (256, 2)])
+    if page is not None:
+        kv["pageSize"] = page
+    kv["kvCacheDtype"] = pick(rng, [("auto", 8), ("fp8_e4m3", 3), ("bfloat16", 2), ("fp8_e5m2", 1), ("mxfp8", 1)])
+    if rng.random() < 0.1:
+        kv["decodeAllocationPolicy"] = "prefill_complete"
+    spec = {"model": {"path": f"/models/{arch}", "configMapRef": {"name": f"cfg-{arch.lower()}", "key": "config.json"}},
+            "kvTransfer": kv}
+    for role in ("prefill", "decode"):
+        spec[role] = gen_role(rng, role)
+    shared = rng.choice(EXTRA_ARGS) if rng.random() < 0.3 else None
+    for role in ("prefill", "decode"):
+        extra = shared if shared is not None else rng.choice(EXTRA_ARGS)
+        env = rng.choice(ENVS)
+        tmpl = {}
+        if extra:
+            tmpl["extraArgs"] = list(extra)
+        if env:
+            tmpl["env"] = env
+        if tmpl:
+            spec[role]["template"] = tmpl
+    name = f"g{seed}-{i}"
+    doc = {"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": name}, "spec": spec}
+    return doc, family, arch, profile
+
+
+def generated_corpus(seed, n, workdir):
+    rng = random.Random(seed)
+    docs, meta = [], {}
+    for arch in FAMILY_OF:
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cfg-{arch.lower()}"},
+                     "data": {"config.json": json.dumps(load_config(arch))}})
+    for i in range(n):
+        doc, family, arch, profile = gen_spec(rng, i, seed)
+        docs.append(doc)
+        meta[doc["metadata"]["name"]] = {"family": family, "arch": arch, "profiles": [profile], "source": "generated"}
+    path = os.path.join(workdir, f"generated-{seed}-{n}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump_all(docs, f, sort_keys=False)
+    return path, meta
+
+
+# ---------------------------------------------------------------- running
+
+def parity_cases(operator, files, profile, accelerator_flag=True):
+    accel = ["--accelerator", profile] if accelerator_flag else []
+    out = subprocess.run([operator, "parity-cases", *accel, *sum((["-f", f] for f in files), [])],
+                         check=True, capture_output=True, text=True)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def run_oracle(python, inputs, workdir, jobs):
+    src = os.path.join(workdir, "oracle-in.jsonl")
+    dst = os.path.join(workdir, "oracle-out.jsonl")
+    with open(src, "w") as f:
+        for c in inputs:
+            f.write(json.dumps(c) + "\n")
+    with open(os.path.join(workdir, "oracle.log"), "w") as log:
+        subprocess.run([python, os.path.join(HERE, "oracle.py"), "--input", src, "--output", dst, "--jobs", str(jobs)],
+                       check=True, stderr=log)
+    with open(dst) as f:
+        return {r["id"] + "@" + r["profile"]: r for r in map(json.loads, f)}
+
+
+def first_error(oracle):
+    for p in oracle["processes"]:
+        if not p["ok"]:
+            return p
+    return None
+
+
+def classify(case, oracle):
+    errors = [f for f in case["findings"] if f["severity"] == "error"]
+    if any(f["rule"] == "extra-args-managed-flag" for f in errors):
+        # The operator refuses extraArgs that override a flag it renders: the argv SGLang judged
+        # is then not the spec's, so the two verdicts are not about the same configuration.
+        return "op-only", None
+    sg = first_error(oracle)
+    startup_errors = [f for f in errors if f["rule"] not in OPERATOR_ONLY]
+    if sg is None:
+        if not errors:
+            return "agree", None
+        if not startup_errors:
+            return "op-only", None
+        return "false-deny", startup_errors[0]["rule"]
+    text = sg["error"].strip().splitlines()[0] if sg["error"].strip() else sg["error_type"]
+    if errors:
+        matched = any(text in f["message"] for f in errors)
+        return "agree", ("text" if matched else "notext")
+    return "false-admit", f"{sg['role']}: {sg['error_type']}: {text}"
+
+
+def topology_mismatch(case, oracle):
+    """For a pair both sides admit: does the decode topology the operator hands the sidecar
+    carry what SGLang's decode resolved (page size, KV dtype string)? None when it does."""
+    topo = case.get("decode_topology")
+    decode = next((p for p in oracle["processes"] if p["role"] == "decode" and p["ok"]), None)
+    if not topo or decode is None:
+        return None
+    resolved = decode.get("resolved") or {}
+    diffs = [f"{k}: ours {topo.get(k)!r}, SGLang {resolved.get(k)!r}"
+             for k in ("page_size", "kv_cache_dtype") if k in resolved and topo.get(k) != resolved.get(k)]
+    return "; ".join(diffs) or None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--operator", required=True, help="the pd-operator binary")
+    ap.add_argument("--python", default=sys.executable, help="the oracle venv's python")
+    ap.add_argument("--examples", nargs="*", default=[])
+    ap.add_argument("--rules-dir", help="specs the rule tests dumped (PD_PARITY_DUMP)")
+    ap.add_argument("--generated", type=int, default=0, help="how many generated specs")
+    ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--workdir", default="target/parity")
+    ap.add_argument("--json", help="write the per-case report here")
+    ap.add_argument("--max-listed", type=int, default=25)
+    ap.add_argument("--jobs", type=int, default=1, help="oracle workers per profile")
+    ap.add_argument("--no-accelerator-flag", action="store_true",
+                    help="for an operator build older than `parity-cases --accelerator`")
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    t0 = time.time()
+
+    groups = []  # (source, files, meta-by-name or None)
+    if args.examples:
+        groups.append(("examples", args.examples, None))
+    if args.rules_dir:
+        files = sorted(os.path.join(args.rules_dir, f) for f in os.listdir(args.rules_dir) if f.endswith(".yaml"))
+        if files:
+            groups.append(("rules", files, None))
+    if args.generated:
+        path, meta = generated_corpus(args.seed, args.generated, args.workdir)
+        groups.append(("generated", [path], meta))
+
+    cases, inputs, skipped = [], [], collections.Counter()
+    for source, files, meta in groups:
+        for profile in PROFILES:
+            # The operator validates for the GPU the oracle fakes (roles name no accelerator).
+            for i, line in enumerate(parity_cases(args.operator, files, profile, not args.no_accelerator_flag)):
+                c = line["case"]
+                cid = f"{source}:{i}:{os.path.basename(line['file'])}:{c['name']}"
+                m = (meta or {}).get(c["name"])
+                if m and profile not in m["profiles"]:
+                    continue
+                if any(a not in (None, profile) for a in c.get("accelerators", [])):
+                    # The spec names another GPU for a role: one faked profile cannot judge it.
+                    if profile == PROFILES[0]:
+                        skipped[f"{source}: a role names another accelerator than the one faked"] += 1
+                    continue
+                arch = m["arch"] if m else c.get("architecture")
+                config = load_config(arch) if arch else None
+                if config is None:
+                    skipped[f"{source}: no config.json fixture for {arch or 'an unknown model'}"] += 1
+                    continue
+                family = m["family"] if m else FAMILY_OF.get(arch, arch)
+                cases.append({"id": cid, "source": source, "family": family, "profile": profile, "case": c})
+                inputs.append({"id": cid, "profile": profile, "config": config, "processes": c["processes"]})
+    t1 = time.time()
+    results = run_oracle(args.python, inputs, args.workdir, args.jobs)
+    t2 = time.time()
+
+    table = collections.defaultdict(collections.Counter)
+    listed = collections.defaultdict(list)
+    report = []
+    for c in cases:
+        o = results[c["id"] + "@" + c["profile"]]
+        verdict, detail = classify(c["case"], o)
+        topo = None
+        if verdict == "agree" and c["case"]["valid"]:
+            topo = topology_mismatch(c["case"], o)
+            if topo:
+                listed["sidecar-topology"].append(f"{c['id']} [{c['profile']}] {topo}")
+        for key in [(c["source"], "*", "*"), ("*", c["family"], c["profile"]), ("*", "*", "*")]:
+            table[key][verdict] += 1
+            if verdict == "agree" and detail:
+                table[key][detail] += 1
+            if verdict == "agree" and c["case"]["valid"]:
+                table[key]["topo-checked"] += 1
+                table[key]["topo-bad"] += bool(topo)
+        if verdict in ("false-deny", "false-admit"):
+            listed[verdict].append(f"{c['id']} [{c['profile']}] {detail}")
+        report.append({"id": c["id"], "source": c["source"], "family": c["family"], "profile": c["profile"],
+                       "verdict": verdict, "detail": detail, "operator_valid": c["case"]["valid"],
+                       "operator_errors": [f["rule"] for f in c["case"]["findings"] if f["severity"] == "error"],
+                       "oracle": o})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+    print(f"engine parity: {len(cases)} cases ({len(set(c['id'] for c in cases))} specs), "
+          f"operator {t1 - t0:.1f}s, oracle {t2 - t1:.1f}s")
+    for why, n in sorted(skipped.items()):
+        print(f"skipped {n}: {why}")
+    hdr = f"{'source':10} {'family':12} {'profile':7} {'cases':>6} {'agree':>6} {'op-only':>7} {'f-deny':>6} {'f-admit':>7} {'agree%':>7} {'deny-text':>9} {'sidecar':>9}"
+    print(hdr)
+    print("-" * len(hdr))
+
+    def row(key):
+        t = table[key]
+        n = sum(t[k] for k in ("agree", "op-only", "false-deny", "false-admit"))
+        judged = n - t["op-only"]
+        pct = 100.0 * t["agree"] / judged if judged else 100.0
+        denies = t["text"] + t["notext"]
+        text = f"{t['text']}/{denies}" if denies else "-"
+        checked = t["topo-checked"]
+        sidecar = f"{checked - t['topo-bad']}/{checked}" if checked else "-"
+        print(f"{key[0]:10} {key[1]:12} {key[2]:7} {n:6} {t['agree']:6} {t['op-only']:7} {t['false-deny']:6} "
+              f"{t['false-admit']:7} {pct:6.1f}% {text:>9} {sidecar:>9}")
+
+    for key in sorted(k for k in table if k[1] == "*" and k[0] != "*"):
+        row(key)
+    for key in sorted(k for k in table if k[0] == "*" and k[1] != "*"):
+        row(key)
+    row(("*", "*", "*"))
+    bad = 0
+    for verdict, items in listed.items():
+        bad += len(items) if verdict != "sidecar-topology" else 0
+        print(f"\n{verdict}: {len(items)}")
+        for item in items[: args.max_listed]:
+            print(f"  {item}")
+    print(f"\n{sum(table[('*', '*', '*')][k] for k in ('agree', 'op-only'))} passed, {bad} failed")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
