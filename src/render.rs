@@ -508,107 +508,108 @@ fn handshake_rbac(
     (own_account, role, binding)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn engine_pod(
-    pdd_spec: &PDDeploymentSpec,
+/// Where one engine pod sits: which PDDeployment, role, instance and node, at which revision.
+struct PodSlot<'a> {
+    spec: &'a PDDeploymentSpec,
     role: Role,
-    name: &str,
-    ns: &str,
+    name: &'a str,
+    ns: &'a str,
     instance: u32,
     node: u32,
-    revision: &str,
-    owners: &Option<Vec<OwnerReference>>,
-    opts: &RenderOptions,
-) -> Pod {
-    let rs = pdd_spec.role(role);
-    let t = &rs.template;
-    let mut labels = t.labels.clone();
-    labels.extend(common_labels(name, role.as_str()));
-    labels.insert(LABEL_INSTANCE.into(), instance.to_string());
-    labels.insert(LABEL_NODE_RANK.into(), node.to_string());
-    labels.insert(LABEL_REVISION.into(), revision.into());
-    let pod_name = pod_name(name, role, instance, node);
+    revision: &'a str,
+    owners: &'a Option<Vec<OwnerReference>>,
+    opts: &'a RenderOptions,
+}
 
-    let mut env = vec![env_field("SGLANG_HOST_IP", "status.podIP")];
-    if pdd_spec.kv_transfer.all_cp_ranks_transfer {
-        env.push(env_value("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "true"));
+impl PodSlot<'_> {
+    fn template(&self) -> &crate::api::RoleTemplate {
+        &self.spec.role(self.role).template
     }
-    env.extend(t.env.iter().cloned());
 
-    let mut resources = t.resources.clone().unwrap_or_default();
-    if pdd_spec.engine.engine_type == EngineType::Sglang {
-        let gpus = Quantity(gpus_per_pod(rs).to_string());
-        resources.limits.get_or_insert_with(BTreeMap::new).insert(GPU_RESOURCE.into(), gpus.clone());
-        if let Some(req) = resources.requests.as_mut() {
-            req.insert(GPU_RESOURCE.into(), gpus);
+    fn env(&self) -> Vec<EnvVar> {
+        let mut env = vec![env_field("SGLANG_HOST_IP", "status.podIP")];
+        if self.spec.kv_transfer.all_cp_ranks_transfer {
+            env.push(env_value("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "true"));
+        }
+        env.extend(self.template().env.iter().cloned());
+        env
+    }
+
+    /// The template's resources, plus the role's GPUs for the real engine.
+    fn resources(&self) -> ResourceRequirements {
+        let rs = self.spec.role(self.role);
+        let mut resources = rs.template.resources.clone().unwrap_or_default();
+        if self.spec.engine.engine_type == EngineType::Sglang {
+            let gpus = Quantity(gpus_per_pod(rs).to_string());
+            resources.limits.get_or_insert_with(BTreeMap::new).insert(GPU_RESOURCE.into(), gpus.clone());
+            if let Some(req) = resources.requests.as_mut() {
+                req.insert(GPU_RESOURCE.into(), gpus);
+            }
+        }
+        resources
+    }
+
+    fn engine_container(&self) -> Container {
+        let (spec, role, node) = (self.spec, self.role, self.node);
+        let mut ports = vec![port("http", DEFAULT_HTTP_PORT)];
+        if role == Role::Prefill && node == 0 {
+            ports.push(port("bootstrap", spec.kv_transfer.bootstrap_port));
+        }
+        if nodes_per_instance(spec.role(role)) > 1 {
+            ports.push(port("dist-init", DIST_INIT_PORT));
+        }
+        let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
+        mounts.extend(self.template().volume_mounts.iter().cloned());
+        // Only the leader of a multi-node instance serves HTTP.
+        let leader = node == 0;
+        Container {
+            name: "engine".into(),
+            image: Some(engine_image(spec, self.opts)),
+            image_pull_policy: spec.engine.image_pull_policy.clone(),
+            command: Some(engine_command(spec)),
+            args: Some(engine_args(spec, role, self.name, self.ns, self.instance, node)),
+            env: Some(self.env()),
+            ports: Some(ports),
+            resources: Some(self.resources()),
+            readiness_probe: leader.then(|| http_probe("/health", "http", 10, 3)),
+            // Model loading can take long; the startup probe holds liveness checks off until then.
+            startup_probe: leader.then(|| http_probe("/health", "http", 10, 360)),
+            volume_mounts: Some(mounts),
+            security_context: self.template().security_context.clone(),
+            ..Default::default()
         }
     }
 
-    let mut ports = vec![port("http", DEFAULT_HTTP_PORT)];
-    if role == Role::Prefill && node == 0 {
-        ports.push(port("bootstrap", pdd_spec.kv_transfer.bootstrap_port));
-    }
-    if nodes_per_instance(rs) > 1 {
-        ports.push(port("dist-init", DIST_INIT_PORT));
-    }
-    let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
-    mounts.extend(t.volume_mounts.iter().cloned());
-    // Only the leader of a multi-node instance serves HTTP.
-    let leader = node == 0;
-    let engine = Container {
-        name: "engine".into(),
-        image: Some(engine_image(pdd_spec, opts)),
-        image_pull_policy: pdd_spec.engine.image_pull_policy.clone(),
-        command: Some(engine_command(pdd_spec)),
-        args: Some(engine_args(pdd_spec, role, name, ns, instance, node)),
-        env: Some(env),
-        ports: Some(ports),
-        resources: Some(resources),
-        readiness_probe: leader.then(|| http_probe("/health", "http", 10, 3)),
-        // Model loading can take long; the startup probe holds liveness checks off until then.
-        startup_probe: leader.then(|| http_probe("/health", "http", 10, 360)),
-        volume_mounts: Some(mounts),
-        security_context: t.security_context.clone(),
-        ..Default::default()
-    };
-    let mut volumes = vec![Volume {
-        name: "dshm".into(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            medium: Some("Memory".into()),
-            size_limit: Some(t.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM.into()))),
+    fn volumes(&self) -> Vec<Volume> {
+        let t = self.template();
+        let mut volumes = vec![Volume {
+            name: "dshm".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(t.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM.into()))),
+                ..Default::default()
+            }),
             ..Default::default()
-        }),
-        ..Default::default()
-    }];
-    volumes.extend(t.volumes.iter().cloned());
-    let mut init_containers = None;
-    let mut readiness_gates = None;
-    let mut service_account = t.service_account_name.clone();
-    let mut automount = None;
-    if role == Role::Decode {
-        init_containers = Some(vec![handshake_sidecar(opts)]);
-        readiness_gates = Some(vec![PodReadinessGate { condition_type: crate::handshake::HANDSHAKE_CONDITION.into() }]);
-        volumes.push(Volume {
-            name: "handshake".into(),
-            config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(name), ..Default::default() }),
-            ..Default::default()
-        });
-        volumes.push(token_volume());
-        if service_account.is_none() {
-            // Our ServiceAccount exists for the sidecar alone: the engine gets no token.
-            service_account = Some(decode_service_account(pdd_spec, name));
-            automount = Some(false);
+        }];
+        volumes.extend(t.volumes.iter().cloned());
+        volumes
+    }
+
+    fn pod(&self) -> Pod {
+        let t = self.template();
+        let mut labels = t.labels.clone();
+        labels.extend(common_labels(self.name, self.role.as_str()));
+        labels.insert(LABEL_INSTANCE.into(), self.instance.to_string());
+        labels.insert(LABEL_NODE_RANK.into(), self.node.to_string());
+        labels.insert(LABEL_REVISION.into(), self.revision.into());
+        let pod_name = pod_name(self.name, self.role, self.instance, self.node);
+        let mut metadata = meta(pod_name.clone(), self.ns, labels, self.owners);
+        if !t.annotations.is_empty() {
+            metadata.annotations = Some(t.annotations.clone());
         }
-    }
-    let mut metadata = meta(pod_name.clone(), ns, labels, owners);
-    if !t.annotations.is_empty() {
-        metadata.annotations = Some(t.annotations.clone());
-    }
-    Pod {
-        metadata,
-        spec: Some(PodSpec {
+        let mut spec = PodSpec {
             hostname: Some(pod_name),
-            subdomain: Some(service_name(name, role)),
+            subdomain: Some(service_name(self.name, self.role)),
             // A multi-node engine cannot survive a lost rank: the controller recreates the instance.
             restart_policy: Some("Never".into()),
             enable_service_links: Some(false),
@@ -618,17 +619,36 @@ fn engine_pod(
             node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
             tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
             affinity: t.affinity.clone(),
-            service_account_name: service_account,
-            automount_service_account_token: automount,
+            service_account_name: t.service_account_name.clone(),
             priority_class_name: t.priority_class_name.clone(),
             scheduler_name: t.scheduler_name.clone(),
-            init_containers,
-            containers: vec![engine],
-            readiness_gates,
-            volumes: Some(volumes),
+            containers: vec![self.engine_container()],
+            volumes: Some(self.volumes()),
             ..Default::default()
-        }),
-        status: None,
+        };
+        if self.role == Role::Decode {
+            self.add_handshake(&mut spec);
+        }
+        Pod { metadata, spec: Some(spec), status: None }
+    }
+
+    /// A decode pod's handshake: the sidecar, its readiness gate, its ConfigMap and token, and
+    /// (unless the template names one) the ServiceAccount that exists for the sidecar alone.
+    fn add_handshake(&self, spec: &mut PodSpec) {
+        spec.init_containers = Some(vec![handshake_sidecar(self.opts)]);
+        spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: crate::handshake::HANDSHAKE_CONDITION.into() }]);
+        let volumes = spec.volumes.get_or_insert_with(Vec::new);
+        volumes.push(Volume {
+            name: "handshake".into(),
+            config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(self.name), ..Default::default() }),
+            ..Default::default()
+        });
+        volumes.push(token_volume());
+        if spec.service_account_name.is_none() {
+            // Our ServiceAccount exists for the sidecar alone: the engine gets no token.
+            spec.service_account_name = Some(decode_service_account(self.spec, self.name));
+            spec.automount_service_account_token = Some(false);
+        }
     }
 }
 
@@ -767,7 +787,8 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         let revision = role_revision(spec, role, opts);
         for instance in 0..rs.replicas.max(0) as u32 {
             for node in 0..nodes_per_instance(rs) {
-                out.pods.push(engine_pod(spec, role, name, &ns, instance, node, &revision, &owners, opts));
+                let slot = PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts };
+                out.pods.push(slot.pod());
             }
         }
     }
