@@ -31,6 +31,14 @@ pub const TOPOLOGY_KEYS: [&str; 19] = [
 ];
 /// Keys without a default in SGLang's record: a body missing one is rejected.
 const REQUIRED_KEYS: usize = 7;
+/// Where the decode-side scratch fields of the record start (`target_tp_rank` onwards): a
+/// prefill always sends them as null.
+const SCRATCH_KEYS_FROM: usize = 13;
+
+/// The record's decode-side scratch fields, which a prefill's `/route` answer carries as null.
+pub fn decode_scratch_keys() -> &'static [&'static str] {
+    &TOPOLOGY_KEYS[SCRATCH_KEYS_FROM..]
+}
 
 pub const STATE_TYPES: &[&str] = &[
     "mamba",
@@ -513,5 +521,16 @@ pub fn check_json(decode: &Value, prefill_info: &Value) -> (Value, bool) {
     match handshake(&d, &p) {
         Ok(h) => (serde_json::json!({"ok": true, "ranks": h.ranks}), true),
         Err(f) => failure(f.kind, f.error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_decode_scratch_keys_are_the_target_and_required_fields() {
+        let keys = super::decode_scratch_keys();
+        assert_eq!(keys.first(), Some(&"target_tp_rank"));
+        assert_eq!(keys.last(), Some(&"required_prefill_response_num"));
+        assert_eq!(keys.len(), 6);
     }
 }

@@ -263,7 +263,7 @@ impl Registry {
         m.insert("enable_kv_cache_sharding".into(), Value::Bool(self.enable_kv_cache_sharding.unwrap_or(false)));
         m.insert("prefill_http_port".into(), self.prefill_http_port.map(Value::from).unwrap_or(Value::Null));
         // The decode-side scratch fields of the record, always null.
-        for k in &crate::handshake::core::TOPOLOGY_KEYS[13..] {
+        for k in crate::handshake::core::decode_scratch_keys() {
             m.insert((*k).to_owned(), Value::Null);
         }
         Value::Object(m)
