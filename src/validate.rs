@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::api::{Accelerator, AllocationPolicy, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
+use crate::api::{Accelerator, AllocationPolicy, EngineType, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
 use crate::model::{HfConfig, KvPool, ModelFacts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -195,7 +195,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
             check_accelerator(role, rs, spec, facts, &mut out);
             check_gpus(role, rs, &mut out);
         }
-        check_extra_args(role, rs, &mut out);
+        check_extra_args(role, rs, spec.engine.engine_type, &mut out);
     }
     check_paired_settings(spec, &mut out);
     if sizes_ok {
@@ -573,9 +573,13 @@ fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
     }
 }
 
-fn check_extra_args(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
+fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, out: &mut Vec<Finding>) {
     let args = &rs.template.extra_args;
     for (i, arg) in args.iter().enumerate() {
+        // The stand-in's own options (fault injection, timing model) are not SGLang's.
+        if engine == EngineType::Sim && crate::sim::flags::is_stand_in_option(arg) {
+            continue;
+        }
         let field = role.field(&format!("template.extraArgs[{i}]"));
         let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
         match match_option(arg) {

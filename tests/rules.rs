@@ -494,6 +494,17 @@ fn extra_args_are_read_as_sglang_argparse_reads_them() {
 }
 
 #[test]
+fn the_stand_in_s_own_options_pass_only_for_the_sim_engine() {
+    // `engine: sim` runs pd-operator's stand-in, whose fault-injection options SGLang does not have.
+    let mut good = mla();
+    good.engine.engine_type = pd_operator::api::EngineType::Sim;
+    good.prefill.template.extra_args = vec!["--sim-page-size".into(), "32".into()];
+    let mut bad = mla();
+    bad.prefill.template.extra_args = good.prefill.template.extra_args.clone();
+    case("extra-args-argparse", good, bad, "spec.prefill.template.extraArgs[0]", "unrecognized arguments: --sim-page-size 32");
+}
+
+#[test]
 fn extra_args_may_not_override_managed_flags() {
     let mut good = mla();
     good.decode.template.extra_args = vec!["--mem-fraction-static".into(), "0.85".into()];

@@ -48,6 +48,13 @@ const VALUE_FLAGS: &[&[&str]] = &[
 const SWITCHES: &[&str] =
     &["--enable-dp-attention", "--enable-kv-cache-sharding", "--enable-dsa-cache-layer-split", "--sim-fault-stall-transfers"];
 
+/// Whether `arg` (`--flag` or `--flag=value`) is one of the stand-in's own options (`--sim-*`),
+/// which SGLang does not have: a `sim` engine's extraArgs may carry them.
+pub fn is_stand_in_option(arg: &str) -> bool {
+    let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
+    flag.starts_with("--sim-") && (SWITCHES.contains(&flag) || VALUE_FLAGS.iter().any(|names| names.contains(&flag)))
+}
+
 /// Defaults of the timing model and the stand-in model's KV geometry (one place).
 pub mod defaults {
     /// Prefill throughput of one instance, tokens per second (an H100-class prefill).
