@@ -29,9 +29,14 @@ fn run(spec: &PDDeploymentSpec) -> Vec<Finding> {
 
 /// With `PD_PARITY_DUMP=<dir>`, every spec a rule test validates is also written there as a
 /// PDDeployment, so the engine-parity tier (hack/parity.sh) judges the same specs with SGLang.
+/// A `sim` engine's spec is left out: its pods run pd-operator's stand-in, never SGLang, so
+/// SGLang's start-up has no verdict on its extraArgs (the stand-in's `--sim-*` options).
 fn dump_for_parity(spec: &PDDeploymentSpec) {
     use std::hash::{Hash, Hasher};
     let Some(dir) = std::env::var_os("PD_PARITY_DUMP") else { return };
+    if spec.engine.engine_type == pd_operator::api::EngineType::Sim {
+        return;
+    }
     let doc = serde_json::json!({
         "apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": "pd"}, "spec": spec,
     });
