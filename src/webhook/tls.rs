@@ -287,22 +287,20 @@ fn transient(e: &TlsError) -> bool {
 
 /// Runs `step` until it succeeds or fails for good, backing off 1 s to 10 s between transient
 /// failures.
-async fn until_reachable<T, F, Fut>(mut step: F) -> Result<T, TlsError>
+async fn until_reachable<T, F, Fut>(step: F) -> Result<T, TlsError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, TlsError>>,
 {
-    let mut delay = Duration::from_secs(1);
-    loop {
-        match step().await {
-            Err(e) if transient(&e) => {
-                tracing::warn!(error = %e, retry_in = ?delay, "webhook certificate: the API is not reachable yet; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-            result => return result,
-        }
-    }
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(10))
+        .without_max_times();
+    step.retry(backoff)
+        .when(transient)
+        .notify(|e, delay| tracing::warn!(error = %e, retry_in = ?delay, "webhook certificate: the API is not reachable yet; retrying"))
+        .await
 }
 
 /// Where the operator keeps its own CA and serving certificate.
@@ -406,6 +404,27 @@ mod tests {
         assert!(transient(&api(503)) && transient(&api(500)) && transient(&api(429)));
         assert!(!transient(&api(403)) && !transient(&api(404)) && !transient(&api(422)));
         assert!(!transient(&TlsError::Pem("no certificate".into())));
+    }
+
+    #[tokio::test]
+    async fn setup_retries_an_unreachable_api_and_gives_up_at_once_on_a_refusal() {
+        let api = |code: u16| TlsError::Kube {
+            what: "read webhook Secret".into(),
+            source: kube::Error::Api(Box::new(serde_json::from_value(serde_json::json!({"code": code})).unwrap())),
+        };
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let flaky = || async {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            if n == 0 { Err(api(503)) } else { Ok(n) }
+        };
+        assert_eq!(until_reachable(flaky).await.unwrap(), 1, "one retry after the 503");
+        let refusals = std::sync::atomic::AtomicU32::new(0);
+        let refused = || async {
+            refusals.fetch_add(1, Ordering::Relaxed);
+            Err::<(), _>(api(403))
+        };
+        assert!(until_reachable(refused).await.is_err());
+        assert_eq!(refusals.load(Ordering::Relaxed), 1, "a refusal is not retried");
     }
 
     #[test]
