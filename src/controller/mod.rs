@@ -148,6 +148,35 @@ impl ChildStores {
         );
         futures::future::try_join(waits, rbac).await.map(|_| ()).map_err(|_| Error::CacheClosed)
     }
+
+    /// The watchdog's check of every child cache against a metadata list of the same scope and
+    /// `selector`, by kind (see `watchdog`).
+    async fn divergence(
+        &self,
+        client: &Client,
+        ns: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<(&'static str, watchdog::Divergence)>, kube::Error> {
+        let sel = Some(selector);
+        let (pods, services, config_maps, deployments, accounts, roles, bindings) = futures::try_join!(
+            watchdog::check(scoped(client, ns), sel, &self.pods),
+            watchdog::check(scoped(client, ns), sel, &self.services),
+            watchdog::check(scoped(client, ns), sel, &self.config_maps),
+            watchdog::check(scoped(client, ns), sel, &self.deployments),
+            watchdog::check(scoped(client, ns), sel, &self.service_accounts),
+            watchdog::check(scoped(client, ns), sel, &self.roles),
+            watchdog::check(scoped(client, ns), sel, &self.role_bindings),
+        )?;
+        Ok(vec![
+            ("pods", pods),
+            ("services", services),
+            ("configmaps", config_maps),
+            ("deployments", deployments),
+            ("serviceaccounts", accounts),
+            ("roles", roles),
+            ("rolebindings", bindings),
+        ])
+    }
 }
 
 /// The children of PDDeployment `ns/name` (uid `uid`) in a cache.
@@ -460,32 +489,21 @@ async fn watch_the_watches(
     liveness: Arc<watchdog::Liveness>,
 ) {
     let mut tracker = watchdog::Tracker::default();
-    let selector = managed_selector();
-    let (ns, managed) = (namespace.as_deref(), Some(selector.as_str()));
+    let (ns, selector) = (namespace.as_deref(), managed_selector());
     loop {
         tokio::time::sleep(watchdog::CHECK_EVERY).await;
-        let checks = futures::future::try_join5(
-            watchdog::check(scoped(&client, ns), None, &pdds),
-            watchdog::check(scoped(&client, ns), managed, &stores.pods),
-            watchdog::check(scoped(&client, ns), managed, &stores.services),
-            watchdog::check(scoped(&client, ns), managed, &stores.config_maps),
-            watchdog::check(scoped(&client, ns), managed, &stores.deployments),
-        );
+        let checks =
+            futures::future::try_join(watchdog::check(scoped(&client, ns), None, &pdds), stores.divergence(&client, ns, &selector));
         match checks.await {
-            Ok((p, pods, services, config_maps, deployments)) => {
+            Ok((pdd_divergence, children)) => {
                 let now = Instant::now();
-                let kinds = [
-                    ("pddeployments", p),
-                    ("pods", pods),
-                    ("services", services),
-                    ("configmaps", config_maps),
-                    ("deployments", deployments),
-                ];
-                for (kind, divergent) in kinds {
+                for (kind, divergent) in std::iter::once(("pddeployments", pdd_divergence)).chain(children) {
                     tracker.observe(kind, divergent, now);
                 }
                 liveness.set(tracker.stalled(now));
             }
+            // It answered, but refused: the watchdog is blind until that is fixed (RBAC?).
+            Err(e @ kube::Error::Api(_)) => warn!(error = %e, "the apiserver refused the watchdog's lists; nothing judged"),
             Err(e) => tracing::debug!(error = %e, "the apiserver did not answer the watchdog's lists; nothing judged"),
         }
     }

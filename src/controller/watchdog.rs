@@ -22,9 +22,13 @@ pub const STALL_AFTER: Duration = Duration::from_secs(60);
 /// uid → resourceVersion of the objects of one kind.
 pub type Versions = BTreeMap<String, String>;
 
+/// uid → the cache's resourceVersion (None: the cache lacks it), for objects where the cache
+/// disagrees with the API.
+pub type Divergence = BTreeMap<String, Option<String>>;
+
 /// The objects where the cache disagrees with the API, each with the cache's resourceVersion
 /// (None: the cache lacks it).
-pub fn divergent(api: &Versions, cache: &Versions) -> BTreeMap<String, Option<String>> {
+pub fn divergent(api: &Versions, cache: &Versions) -> Divergence {
     let mut out: BTreeMap<String, Option<String>> =
         api.iter().filter(|(uid, rv)| cache.get(*uid) != Some(rv)).map(|(uid, _)| (uid.clone(), cache.get(uid).cloned())).collect();
     out.extend(cache.iter().filter(|(uid, _)| !api.contains_key(*uid)).map(|(uid, rv)| (uid.clone(), Some(rv.clone()))));
@@ -40,7 +44,7 @@ pub struct Tracker {
 impl Tracker {
     /// Folds one check of `kind` in; a suspect whose cached version moved starts afresh, one
     /// that no longer diverges is dropped.
-    pub fn observe(&mut self, kind: &str, divergent: BTreeMap<String, Option<String>>, now: Instant) {
+    pub fn observe(&mut self, kind: &str, divergent: Divergence, now: Instant) {
         let prefix = format!("{kind}/");
         let (mut previous, others): (HashMap<_, _>, HashMap<_, _>) =
             std::mem::take(&mut self.suspects).into_iter().partition(|(key, _)| key.starts_with(&prefix));
@@ -64,7 +68,7 @@ impl Tracker {
 }
 
 /// Lists the metadata of the objects `api` and `selector` scope, and compares them with `store`.
-pub async fn check<K>(api: Api<K>, selector: Option<&str>, store: &Store<K>) -> Result<BTreeMap<String, Option<String>>, kube::Error>
+pub async fn check<K>(api: Api<K>, selector: Option<&str>, store: &Store<K>) -> Result<Divergence, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
