@@ -308,6 +308,19 @@ impl PDDeploymentSpec {
     }
 }
 
+impl RoleSpec {
+    /// Pods one instance of the role spans (`tp*pp*dp / gpusPerNode`, at least 1).
+    pub fn nodes_per_instance(&self) -> u32 {
+        let per_node = u64::from(self.gpus_per_node.max(1));
+        u32::try_from(self.parallelism.gpus().div_ceil(per_node).max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// GPUs one pod of the role requests.
+    pub fn gpus_per_pod(&self) -> u64 {
+        self.parallelism.gpus().min(u64::from(self.gpus_per_node.max(1)))
+    }
+}
+
 /// One role's pool: `replicas` engine instances of one parallel layout.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]

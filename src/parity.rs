@@ -5,9 +5,10 @@
 use serde::Serialize;
 
 use crate::api::PDDeploymentSpec;
+use crate::api::Role;
 use crate::model::ModelFacts;
 use crate::render;
-use crate::validate::{self, Finding, Role};
+use crate::validate::{self, Finding};
 
 /// One engine process: its argv after the program name and its literal environment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -49,7 +50,7 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
     let mut processes = Vec::new();
     for role in [Role::Prefill, Role::Decode] {
         let env = engine_env(spec, role);
-        for node in 0..render::nodes_per_instance(spec.role(role)) {
+        for node in 0..spec.role(role).nodes_per_instance() {
             let argv = render::engine_args(spec, role, name, "default", 0, node);
             processes.push(EngineProcess { role: role.as_str(), node, argv, env: env.clone() });
         }

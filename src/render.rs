@@ -19,9 +19,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use crate::api::Role;
 use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec};
 use crate::model::{KvPool, ModelFacts};
-use crate::validate::Role;
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const OPERATOR: &str = "pd-operator";
@@ -128,17 +128,6 @@ mod erased {
     }
 }
 
-/// Pods one instance of the role spans (`tp*pp*dp / gpusPerNode`, at least 1).
-pub fn nodes_per_instance(rs: &RoleSpec) -> u32 {
-    let per_node = u64::from(rs.gpus_per_node.max(1));
-    u32::try_from(rs.parallelism.gpus().div_ceil(per_node).max(1)).unwrap_or(u32::MAX)
-}
-
-/// GPUs one pod of the role requests.
-pub fn gpus_per_pod(rs: &RoleSpec) -> u64 {
-    rs.parallelism.gpus().min(u64::from(rs.gpus_per_node.max(1)))
-}
-
 pub fn service_name(name: &str, role: Role) -> String {
     format!("{name}-{}", role.as_str())
 }
@@ -239,7 +228,7 @@ pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, in
     flag("--kv-cache-dtype", kv.kv_cache_dtype.to_string());
     flag("--host", "0.0.0.0".into());
     flag("--port", DEFAULT_HTTP_PORT.to_string());
-    let nnodes = nodes_per_instance(rs);
+    let nnodes = rs.nodes_per_instance();
     if nnodes > 1 {
         flag("--dist-init-addr", format!("{}:{DIST_INIT_PORT}", leader_host(name, ns, role, instance)));
         flag("--nnodes", nnodes.to_string());
@@ -480,7 +469,7 @@ fn handshake_rbac(
     });
     let mut pods: Vec<String> = Vec::new();
     for i in 0..spec.decode.replicas.max(0) as u32 {
-        for node in 0..nodes_per_instance(&spec.decode) {
+        for node in 0..spec.decode.nodes_per_instance() {
             pods.push(pod_name(name, Role::Decode, i, node));
         }
     }
@@ -540,7 +529,7 @@ impl PodSlot<'_> {
         let rs = self.spec.role(self.role);
         let mut resources = rs.template.resources.clone().unwrap_or_default();
         if self.spec.engine.engine_type == EngineType::Sglang {
-            let gpus = Quantity(gpus_per_pod(rs).to_string());
+            let gpus = Quantity(rs.gpus_per_pod().to_string());
             resources.limits.get_or_insert_with(BTreeMap::new).insert(GPU_RESOURCE.into(), gpus.clone());
             if let Some(req) = resources.requests.as_mut() {
                 req.insert(GPU_RESOURCE.into(), gpus);
@@ -555,7 +544,7 @@ impl PodSlot<'_> {
         if role == Role::Prefill && node == 0 {
             ports.push(port("bootstrap", spec.kv_transfer.bootstrap_port));
         }
-        if nodes_per_instance(spec.role(role)) > 1 {
+        if spec.role(role).nodes_per_instance() > 1 {
             ports.push(port("dist-init", DIST_INIT_PORT));
         }
         let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
@@ -786,7 +775,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         let rs = spec.role(role);
         let revision = role_revision(spec, role, opts);
         for instance in 0..rs.replicas.max(0) as u32 {
-            for node in 0..nodes_per_instance(rs) {
+            for node in 0..rs.nodes_per_instance() {
                 let slot = PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts };
                 out.pods.push(slot.pod());
             }

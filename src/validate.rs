@@ -73,7 +73,7 @@ pub mod texts {
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
-pub use crate::api::Role;
+use crate::api::Role;
 
 /// SGLang 0.5.23's `sglang serve` options, `--option dest` per line (tests/parity/dump_flags.py
 /// writes it from SGLang's own parser).
@@ -242,6 +242,7 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
 }
 
 /// What each engine checks at its own start-up (spec §7a item 1).
+#[expect(clippy::too_many_lines, reason = "being split into one function per SGLang check group")]
 fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     let groups = p.attn_dp * p.attn_cp;
@@ -283,7 +284,7 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
         ));
     }
-    if p.dp > 1 && crate::render::nodes_per_instance(rs) > 1 {
+    if p.dp > 1 && rs.nodes_per_instance() > 1 {
         out.push(Finding::error(
             "multi-node-dp",
             role.field("parallelism.dp"),
@@ -703,6 +704,7 @@ fn unknown_kind(spec: &PDDeploymentSpec, needed_for: &str) -> Finding {
 }
 
 /// The decode-side handshake checks (#1..#13) that the spec decides, in SGLang's order.
+#[expect(clippy::too_many_lines, reason = "being split into one function per SGLang check group")]
 fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
     let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
@@ -952,7 +954,7 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     }
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
-        let nodes = crate::render::nodes_per_instance(rs);
+        let nodes = rs.nodes_per_instance();
         let last_instance = rs.replicas.max(1) - 1;
         let host = format!("{name}-{}-{last_instance}-{}", role.as_str(), nodes.saturating_sub(1));
         if host.len() > DNS_LABEL_MAX {

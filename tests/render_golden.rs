@@ -90,20 +90,20 @@ fn a_spec_change_changes_only_that_roles_revision() {
     let mut spec = loaded.deployments[0].object.spec.clone();
     let opts = RenderOptions::default();
     let before = (
-        render::role_revision(&spec, pd_operator::validate::Role::Prefill, &opts),
-        render::role_revision(&spec, pd_operator::validate::Role::Decode, &opts),
+        render::role_revision(&spec, pd_operator::api::Role::Prefill, &opts),
+        render::role_revision(&spec, pd_operator::api::Role::Decode, &opts),
     );
     spec.decode.replicas = 7;
     spec.prefill.replicas = 3;
     let scaled = (
-        render::role_revision(&spec, pd_operator::validate::Role::Prefill, &opts),
-        render::role_revision(&spec, pd_operator::validate::Role::Decode, &opts),
+        render::role_revision(&spec, pd_operator::api::Role::Prefill, &opts),
+        render::role_revision(&spec, pd_operator::api::Role::Decode, &opts),
     );
     assert_eq!(before, scaled, "scaling must not roll pods");
     spec.decode.template.extra_args = vec!["--mem-fraction-static".into(), "0.8".into()];
     let changed = (
-        render::role_revision(&spec, pd_operator::validate::Role::Prefill, &opts),
-        render::role_revision(&spec, pd_operator::validate::Role::Decode, &opts),
+        render::role_revision(&spec, pd_operator::api::Role::Prefill, &opts),
+        render::role_revision(&spec, pd_operator::api::Role::Decode, &opts),
     );
     assert_eq!(changed.0, before.0);
     assert_ne!(changed.1, before.1);

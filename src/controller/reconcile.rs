@@ -14,10 +14,11 @@ use tracing::{Instrument, info_span, warn};
 
 use super::plan::{self, DeleteReason, ObservedPod, Plan};
 use super::{Context, Error, children_in, model_config, status, status_delay, write_status};
+use crate::api::Role;
 use crate::api::{PDDeployment, PDDeploymentStatus};
 use crate::model::ModelFacts;
 use crate::render::{self, Rendered};
-use crate::validate::{self, Role, Severity};
+use crate::validate::{self, Severity};
 
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let pdd = match &guard.0 {
@@ -110,7 +111,7 @@ impl<'a> Pass<'a> {
             previous: self.known.as_ref(),
             validation,
             observed: &self.observed,
-            nodes: (render::nodes_per_instance(&self.pdd.spec.prefill), render::nodes_per_instance(&self.pdd.spec.decode)),
+            nodes: (self.pdd.spec.prefill.nodes_per_instance(), self.pdd.spec.decode.nodes_per_instance()),
             revisions,
             router_ready: None,
             degraded: None,

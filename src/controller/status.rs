@@ -4,9 +4,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::plan::ObservedPod;
+use crate::api::Role;
 use crate::api::{DecodeRankMap, Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
 use crate::render;
-use crate::validate::Role;
 
 pub const READY: &str = "Ready";
 pub const VALIDATED: &str = "Validated";
