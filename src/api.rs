@@ -280,7 +280,8 @@ flag_enum!(
 );
 
 /// The two engine roles of a PD deployment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     Prefill,
     Decode,

@@ -77,11 +77,26 @@ pub struct Rendered {
     /// What the handshake sidecar may do: patch the status of its PDDeployment's decode pods.
     pub roles: Vec<RbacRole>,
     pub role_bindings: Vec<RoleBinding>,
-    pub pods: Vec<Pod>,
+    /// Engine pods, one entry per instance of each role.
+    pub instances: Vec<InstancePods>,
     pub deployments: Vec<Deployment>,
 }
 
+/// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InstancePods {
+    pub role: Role,
+    pub index: u32,
+    pub revision: String,
+    pub pods: Vec<Pod>,
+}
+
 impl Rendered {
+    /// Every engine pod, prefill first, in instance and node order.
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.instances.iter().flat_map(|i| &i.pods)
+    }
+
     /// All objects as one multi-document YAML stream, in apply order.
     pub fn to_yaml(&self) -> Result<String, RenderError> {
         let mut docs = Vec::new();
@@ -101,7 +116,7 @@ impl Rendered {
         for b in &self.role_bindings {
             docs.push(ser("RoleBinding", b)?);
         }
-        for p in &self.pods {
+        for p in self.pods() {
             docs.push(ser("Pod", p)?);
         }
         for d in &self.deployments {
@@ -775,10 +790,10 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         let rs = spec.role(role);
         let revision = role_revision(spec, role, opts);
         for instance in 0..rs.replicas.max(0) as u32 {
-            for node in 0..rs.nodes_per_instance() {
-                let slot = PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts };
-                out.pods.push(slot.pod());
-            }
+            let pods = (0..rs.nodes_per_instance())
+                .map(|node| PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts }.pod())
+                .collect();
+            out.instances.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
         }
     }
     if spec.router.enabled {

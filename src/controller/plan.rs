@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::Role;
-use crate::render::{LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
+use crate::render::{InstancePods, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,16 +126,11 @@ impl RoleView {
     }
 }
 
-fn pod_label(pod: &Pod, key: &str) -> Option<String> {
-    pod.metadata.labels.as_ref()?.get(key).cloned()
-}
-
-fn view(role: Role, desired: &[Pod], observed: &[ObservedPod]) -> RoleView {
+fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod]) -> RoleView {
     let mut v = RoleView::default();
-    for pod in desired.iter().filter(|p| pod_label(p, LABEL_ROLE).as_deref() == Some(role.as_str())) {
-        let i: u32 = pod_label(pod, LABEL_INSTANCE).and_then(|s| s.parse().ok()).unwrap_or(0);
-        v.revision = pod_label(pod, LABEL_REVISION).unwrap_or_default();
-        v.desired.entry(i).or_default().push(pod.clone());
+    for instance in desired.iter().filter(|i| i.role == role) {
+        v.revision.clone_from(&instance.revision);
+        v.desired.insert(instance.index, instance.pods.clone());
     }
     for p in observed.iter().filter(|p| p.role == role) {
         v.observed.entry(p.instance).or_default().push(p.clone());
@@ -144,107 +139,126 @@ fn view(role: Role, desired: &[Pod], observed: &[ObservedPod]) -> RoleView {
 }
 
 /// Plans one reconcile. `max_unavailable` bounds instances per role down at once during a rollout.
-#[expect(clippy::too_many_lines, reason = "being split into named steps")]
-pub fn plan(desired: &[Pod], observed: &[ObservedPod], max_unavailable: u32) -> Plan {
-    let views = [view(Role::Prefill, desired, observed), view(Role::Decode, desired, observed)];
+pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], max_unavailable: u32) -> Plan {
+    let prefill = view(Role::Prefill, desired, observed);
+    let decode = view(Role::Decode, desired, observed);
     let mut out = Plan::default();
-    for (idx, v) in views.iter().enumerate() {
-        let role = if idx == 0 { Role::Prefill } else { Role::Decode };
-        let other = &views[1 - idx];
-        let mut unavailable = 0u32;
-        let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count();
-        for (i, pods) in &v.observed {
-            if !v.desired.contains_key(i) {
-                out.deletes.push(InstanceDelete {
-                    role,
-                    instance: *i,
-                    pods: pods.iter().filter(|p| !p.deleting).map(|p| p.name.clone()).collect(),
-                    reason: DeleteReason::ScaleDown,
-                    why: format!("{} instance {i} is beyond replicas", role.as_str()),
-                });
-            }
+    RolePlan { role: Role::Prefill, v: &prefill, other: &decode, out: &mut out }.plan(max_unavailable);
+    RolePlan { role: Role::Decode, v: &decode, other: &prefill, out: &mut out }.plan(max_unavailable);
+    out
+}
+
+/// Plans one role, with the other role's view for rolling in step.
+struct RolePlan<'a> {
+    role: Role,
+    v: &'a RoleView,
+    other: &'a RoleView,
+    out: &'a mut Plan,
+}
+
+impl RolePlan<'_> {
+    fn plan(mut self, max_unavailable: u32) {
+        self.scale_down();
+        let (unavailable, outdated) = self.repair();
+        if !self.waits_for_other(&outdated) {
+            self.roll(outdated, max_unavailable.max(1).saturating_sub(unavailable));
         }
-        let mut outdated = Vec::new();
+    }
+
+    fn delete(&mut self, instance: u32, pods: Vec<String>, reason: DeleteReason, why: String) {
+        self.out.deletes.push(InstanceDelete { role: self.role, instance, pods, reason, why });
+    }
+
+    /// Instances beyond `replicas` go, less their pods already terminating.
+    fn scale_down(&mut self) {
+        let v = self.v;
+        for (i, pods) in v.observed.iter().filter(|(i, _)| !v.desired.contains_key(i)) {
+            let live = pods.iter().filter(|p| !p.deleting).map(|p| p.name.clone()).collect();
+            self.delete(*i, live, DeleteReason::ScaleDown, format!("{} instance {i} is beyond replicas", self.role.as_str()));
+        }
+    }
+
+    /// Creates missing instances and recreates broken ones; returns how many instances are down
+    /// and which run an old revision.
+    fn repair(&mut self) -> (u32, Vec<u32>) {
+        let v = self.v;
+        let (mut unavailable, mut outdated) = (0u32, Vec::new());
         for (i, want) in &v.desired {
             let have = v.observed.get(i).map(Vec::as_slice).unwrap_or_default();
-            if have.is_empty() {
-                out.creates.push((role, *i, want.clone()));
+            if self.replace_if_down(*i, want, have) {
                 unavailable += 1;
                 continue;
             }
-            if have.iter().any(|p| p.deleting) {
-                unavailable += 1;
-                continue;
-            }
-            let wanted: Vec<String> = want.iter().filter_map(|p| p.metadata.name.clone()).collect();
-            let broken = have
-                .iter()
-                .find(|p| p.failed())
-                .map(|p| format!("pod {} is {}", p.name, p.phase))
-                .or_else(|| wanted.iter().find(|n| !have.iter().any(|p| &&p.name == n)).map(|n| format!("pod {n} disappeared")));
-            if let Some(why) = broken {
-                out.deletes.push(InstanceDelete {
-                    role,
-                    instance: *i,
-                    pods: have.iter().map(|p| p.name.clone()).collect(),
-                    reason: DeleteReason::Recreate,
-                    why,
-                });
-                unavailable += 1;
-                continue;
-            }
-            if !v.instance_ready(*i) {
-                unavailable += 1;
-            }
+            unavailable += u32::from(!v.instance_ready(*i));
             if !v.instance_updated(*i) {
                 outdated.push(*i);
             }
         }
-        // Roll in step: a role that is ahead of the other waits for it.
-        if !outdated.is_empty()
-            && v.updated_fraction() > other.updated_fraction()
-            && other.desired.keys().any(|i| !other.instance_updated(*i))
-        {
-            continue;
+        (unavailable, outdated)
+    }
+
+    /// Whether instance `i` is down: missing (created now), still terminating, or broken
+    /// (deleted now, to be created whole on a later pass).
+    fn replace_if_down(&mut self, i: u32, want: &[Pod], have: &[ObservedPod]) -> bool {
+        if have.is_empty() {
+            self.out.creates.push((self.role, i, want.to_vec()));
+            return true;
         }
-        let mut budget = max_unavailable.max(1).saturating_sub(unavailable);
+        if have.iter().any(|p| p.deleting) {
+            return true;
+        }
+        let Some(why) = broken(want, have) else { return false };
+        self.delete(i, have.iter().map(|p| p.name.clone()).collect(), DeleteReason::Recreate, why);
+        true
+    }
+
+    /// Roll in step: a role ahead of the other waits for it.
+    fn waits_for_other(&self, outdated: &[u32]) -> bool {
+        let other = self.other;
+        !outdated.is_empty()
+            && self.v.updated_fraction() > other.updated_fraction()
+            && other.desired.keys().any(|i| !other.instance_updated(*i))
+    }
+
+    /// Replaces up to `budget` outdated instances, never the last ready one of a role with several.
+    fn roll(&mut self, outdated: Vec<u32>, mut budget: u32) {
+        let v = self.v;
+        let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count();
         for i in outdated {
-            if budget == 0 {
-                break;
-            }
             let is_ready = v.instance_ready(i);
-            // Never take a role to zero ready instances while it has some (unless it has one).
-            if is_ready && ready <= 1 && v.desired.len() > 1 {
+            if budget == 0 || (is_ready && ready <= 1 && v.desired.len() > 1) {
                 break;
             }
-            out.deletes.push(InstanceDelete {
-                role,
-                instance: i,
-                pods: v.observed[&i].iter().map(|p| p.name.clone()).collect(),
-                reason: DeleteReason::Rollout,
-                why: format!("{} instance {i} runs an old revision (want {})", role.as_str(), v.revision),
-            });
+            let why = format!("{} instance {i} runs an old revision (want {})", self.role.as_str(), v.revision);
+            self.delete(i, v.observed[&i].iter().map(|p| p.name.clone()).collect(), DeleteReason::Rollout, why);
             budget -= 1;
-            if is_ready {
-                ready -= 1;
-            }
+            ready -= usize::from(is_ready);
         }
     }
-    out
+}
+
+/// Why an instance must be recreated: a pod failed, or a rendered pod no longer exists.
+fn broken(want: &[Pod], have: &[ObservedPod]) -> Option<String> {
+    have.iter().find(|p| p.failed()).map(|p| format!("pod {} is {}", p.name, p.phase)).or_else(|| {
+        want.iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .find(|n| !have.iter().any(|p| p.name == *n))
+            .map(|n| format!("pod {n} disappeared"))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A rendered pod: `{role}-{instance}-{node}` at `revision`.
-    fn want(role: Role, instance: u32, node: u32, revision: &str) -> Pod {
-        let labels =
-            [(LABEL_ROLE, role.as_str().to_owned()), (LABEL_INSTANCE, instance.to_string()), (LABEL_REVISION, revision.to_owned())];
-        let mut pod = Pod::default();
-        pod.metadata.name = Some(format!("{}-{instance}-{node}", role.as_str()));
-        pod.metadata.labels = Some(labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
-        pod
+    /// A rendered instance of `nodes` pods named `{role}-{instance}-{node}`, at `revision`.
+    fn want(role: Role, index: u32, nodes: u32, revision: &str) -> InstancePods {
+        let pod = |node| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(format!("{}-{index}-{node}", role.as_str()));
+            pod
+        };
+        InstancePods { role, index, revision: revision.into(), pods: (0..nodes).map(pod).collect() }
     }
 
     /// An existing pod, Running and Ready unless changed.
@@ -263,9 +277,9 @@ mod tests {
     }
 
     /// `n` one-pod instances per role at `revision`, rendered and running.
-    fn steady(prefill: u32, decode: u32, revision: &str) -> (Vec<Pod>, Vec<ObservedPod>) {
+    fn steady(prefill: u32, decode: u32, revision: &str) -> (Vec<InstancePods>, Vec<ObservedPod>) {
         let roles = [(Role::Prefill, prefill), (Role::Decode, decode)];
-        let desired = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| want(*r, i, 0, revision))).collect();
+        let desired = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| want(*r, i, 1, revision))).collect();
         let observed = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| have(*r, i, 0, revision))).collect();
         (desired, observed)
     }
@@ -275,9 +289,9 @@ mod tests {
     }
 
     /// Moves `role`'s rendered pods to `revision`.
-    fn roll(desired: &mut [Pod], role: Role, revision: &str) {
-        for pod in desired.iter_mut().filter(|p| pod_label(p, LABEL_ROLE).as_deref() == Some(role.as_str())) {
-            pod.metadata.labels.as_mut().unwrap().insert(LABEL_REVISION.into(), revision.into());
+    fn roll(desired: &mut [InstancePods], role: Role, revision: &str) {
+        for instance in desired.iter_mut().filter(|i| i.role == role) {
+            instance.revision = revision.into();
         }
     }
 
@@ -289,7 +303,7 @@ mod tests {
 
     #[test]
     fn missing_instances_are_created_whole() {
-        let desired = vec![want(Role::Prefill, 0, 0, "r1"), want(Role::Prefill, 0, 1, "r1"), want(Role::Decode, 0, 0, "r1")];
+        let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let p = plan(&desired, &[], 1);
         let created: Vec<(Role, u32, usize)> = p.creates.iter().map(|(r, i, pods)| (*r, *i, pods.len())).collect();
         assert_eq!(created, vec![(Role::Prefill, 0, 2), (Role::Decode, 0, 1)]);
@@ -311,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_failed_or_vanished_pod_recreates_its_whole_instance() {
-        let desired = vec![want(Role::Prefill, 0, 0, "r1"), want(Role::Prefill, 0, 1, "r1"), want(Role::Decode, 0, 0, "r1")];
+        let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let mut failed = have(Role::Prefill, 0, 1, "r1");
         failed.phase = "Failed".into();
         let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], 1);

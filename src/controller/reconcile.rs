@@ -45,7 +45,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         }
         let rendered = render::render(pdd, &facts, &ctx.render)?;
         let router_ready = pass.apply_support(&rendered).await?;
-        let plan = plan::plan(&rendered.pods, &pass.observed, pdd.spec.rollout.max_unavailable.max(1) as u32);
+        let plan = plan::plan(&rendered.instances, &pass.observed, pdd.spec.rollout.max_unavailable.max(1) as u32);
         let outcome = pass.apply_plan(&plan).await?;
         pass.report(router_ready, outcome).await
     }
@@ -393,7 +393,7 @@ mod tests {
             .chain(named("serviceaccounts", rendered.service_accounts.iter().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("roles", rendered.roles.iter().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("rolebindings", rendered.role_bindings.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("pods", rendered.pods.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("pods", rendered.pods().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("deployments", rendered.deployments.iter().map(|o| o.metadata.name.clone()).collect()))
             .collect();
         let kind_and_name = |path: &str| {
