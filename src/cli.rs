@@ -494,7 +494,7 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
             OutputFormat::Text => {
                 for f in &findings {
                     let prefix = if f.severity == Severity::Warning { "warning: " } else { "" };
-                    let _ = writeln!(out, "{prefix}{name}: {}: {} (fix: {})", f.field, f.message, f.fix);
+                    let _ = writeln!(out, "{prefix}{name}: {f}");
                 }
                 if valid {
                     let _ = writeln!(out, "{name}: valid ({})", facts.describe(&d.object.spec.model.path));
@@ -543,13 +543,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
         let name = d.object.metadata.name.clone().unwrap_or_default();
         let (findings, facts) = check_one(d, &loaded, config.as_ref(), None);
         for f in &findings {
-            eprintln!(
-                "{}{name}: {}: {} (fix: {})",
-                if f.severity == Severity::Warning { "warning: " } else { "error: " },
-                f.field,
-                f.message,
-                f.fix
-            );
+            eprintln!("{}{name}: {f}", if f.severity == Severity::Warning { "warning: " } else { "error: " });
         }
         if !validate::is_valid(&findings) {
             eprintln!("{name}: not rendered: the controller creates nothing for an invalid PDDeployment");

@@ -33,11 +33,12 @@ impl Finding {
     fn warning(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self { severity: Severity::Warning, ..Self::error(rule, field, message, fix) }
     }
+}
 
-    /// `<field path>: <message> (fix: <hint>)`, the form `validate` and the webhook print.
-    pub fn render(&self) -> String {
-        let prefix = if self.severity == Severity::Warning { "warning: " } else { "" };
-        format!("{prefix}{}: {} (fix: {})", self.field, self.message, self.fix)
+/// `<field path>: <message> (fix: <hint>)`: the one form the CLI, the webhook and status print.
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} (fix: {})", self.field, self.message, self.fix)
     }
 }
 

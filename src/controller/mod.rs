@@ -9,7 +9,6 @@ pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -515,12 +514,10 @@ async fn watch_the_watches(
 /// its webhook keeps serving.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
     let stop = crate::shutdown::token("the controller");
     let liveness = Arc::new(watchdog::Liveness::default());
     let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
-    let admin_state =
-        AdminState { metrics: metrics.clone(), ready: ready.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
+    let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
     // The webhook serves on every replica, leader or not, and outlives reconcile terms.
     if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
@@ -532,7 +529,6 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
             }
         });
     }
-    ready.store(true, Ordering::Relaxed);
     while !stop.is_cancelled() {
         let term = stop.child_token();
         if let Some(le) = &settings.leader_election {

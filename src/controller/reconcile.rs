@@ -63,7 +63,7 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
     let mut problems: Vec<String> = validate::validate_with_facts(name, &pdd.spec, &facts)
         .into_iter()
         .filter(|f| f.severity == Severity::Error)
-        .map(|f| format!("{}: {} (fix: {})", f.field, f.message, f.fix))
+        .map(|f| f.to_string())
         .collect();
     if let Err(e) = &config {
         problems.push(format!("spec.model.configMapRef: {e}"));

@@ -75,7 +75,7 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Ad
         };
     let facts = model::resolve(&pdd.spec.model, config.as_ref());
     let findings = validate::validate_with_facts(&name, &pdd.spec, &facts);
-    let line = |f: &validate::Finding| format!("{}: {} (fix: {})", f.field, f.message, f.fix);
+    let line = validate::Finding::to_string;
     let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
     let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
     if req.operation == Operation::Update
