@@ -51,6 +51,9 @@ const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// An instance not recreated for this long starts its backoff afresh (and its entry is dropped,
+/// so instances of deleted PDDeployments are not remembered for ever).
+const BACKOFF_FORGET: Duration = Duration::from_secs(900);
 /// Each watch retries after an error within these bounds (jittered, doubling).
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
@@ -306,13 +309,14 @@ impl Context {
     /// How long an instance must still wait before it may be recreated again.
     fn backoff_remaining(&self, key: &str) -> Option<Duration> {
         let map = self.backoff.lock().ok()?;
-        let (attempts, last) = map.get(key)?;
+        let (attempts, last) = map.get(key).filter(|(_, last)| last.elapsed() < BACKOFF_FORGET)?;
         let delay = BACKOFF_BASE.saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(BACKOFF_MAX);
         delay.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
     }
 
     fn note_recreate(&self, key: String) -> u32 {
         let mut map = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, (_, last)| last.elapsed() < BACKOFF_FORGET);
         let e = map.entry(key).or_insert((0, Instant::now()));
         e.0 += 1;
         e.1 = Instant::now();
