@@ -123,7 +123,7 @@ pub struct ConfigMapKeyRef {
     pub key: String,
 }
 
-fn default_config_key() -> String {
+pub fn default_config_key() -> String {
     "config.json".into()
 }
 

@@ -29,7 +29,7 @@ pub fn config_ref(req: &AdmissionRequest<DynamicObject>) -> Option<(String, Stri
     let obj = req.object.as_ref()?;
     let r = obj.data.get("spec")?.get("model")?.get("configMapRef")?;
     let name = r.get("name")?.as_str()?.to_owned();
-    let key = r.get("key").and_then(Value::as_str).unwrap_or("config.json").to_owned();
+    let key = r.get("key").and_then(Value::as_str).map_or_else(crate::api::default_config_key, str::to_owned);
     let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
     Some((ns, name, key))
 }
