@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount};
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -66,6 +67,9 @@ pub struct PDDeploymentSpec {
     /// How spec changes roll through the instances.
     #[serde(default)]
     pub rollout: RolloutSpec,
+    /// Who may reach the engines and the router: NetworkPolicies the operator renders.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -551,6 +555,30 @@ pub struct RolloutSpec {
 impl Default for RolloutSpec {
     fn default() -> Self {
         Self { max_unavailable: 1 }
+    }
+}
+
+/// SGLang's bootstrap server, rank ports and HTTP API take requests from anyone who can reach
+/// them (a `PUT /route` registers rank addresses a decode then pulls KV from). With this on, the
+/// engine pods accept traffic only from the PDDeployment's own engine pods (every port: bootstrap,
+/// ranks, distributed init) and on the HTTP port from its router; the router, or the engines'
+/// HTTP port when the router is disabled, from `clientsFrom`. Egress is left open.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Render the policies. Turn off only where the network plugin enforces no NetworkPolicy, or
+    /// where another tool owns them: the engines' ports are then open to the whole cluster.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Who may send requests (NetworkPolicy peers: podSelector, namespaceSelector, ipBlock).
+    /// Empty: every pod in the PDDeployment's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients_from: Vec<NetworkPolicyPeer>,
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        Self { enabled: true, clients_from: Vec::new() }
     }
 }
 

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
     PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
     Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -30,6 +31,8 @@ pub const LABEL_ROLE: &str = "pd.inference.dev/role";
 pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
 pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
 pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
+/// The `LABEL_ROLE` value of router pods.
+pub const ROUTER_ROLE: &str = "router";
 pub const DIST_INIT_PORT: u16 = 5757;
 pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
@@ -80,6 +83,8 @@ pub struct Rendered {
     /// Engine pods, one entry per instance of each role.
     pub instances: Vec<InstancePods>,
     pub deployments: Vec<Deployment>,
+    /// Who may reach the engines and the router (`spec.networkPolicy`).
+    pub network_policies: Vec<NetworkPolicy>,
 }
 
 /// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
@@ -122,9 +127,14 @@ impl Rendered {
         for d in &self.deployments {
             docs.push(ser("Deployment", d)?);
         }
+        for n in &self.network_policies {
+            docs.push(ser("NetworkPolicy", n)?);
+        }
         Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
     }
 }
+
+mod netpol;
 
 mod erased {
     pub trait Yaml {
@@ -690,7 +700,7 @@ fn router_objects(
     opts: &RenderOptions,
 ) -> (Deployment, Service) {
     let r = &spec.router;
-    let labels = common_labels(name, "router");
+    let labels = common_labels(name, ROUTER_ROLE);
     let mut args = vec!["--pd-disaggregation".to_owned()];
     for i in 0..spec.prefill.replicas.max(0) as u32 {
         args.push("--prefill".into());
@@ -796,6 +806,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
             out.instances.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
         }
     }
+    out.network_policies = netpol::policies(spec, name, &ns, &owners);
     if spec.router.enabled {
         let (deployment, service) = router_objects(spec, name, &ns, &owners, opts);
         out.services.push(service);

@@ -89,6 +89,7 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
             ("ServiceAccount".to_owned(), names(&ns, "serviceaccounts", sel)?),
             ("Role".to_owned(), names(&ns, "roles", sel)?),
             ("RoleBinding".to_owned(), names(&ns, "rolebindings", sel)?),
+            ("NetworkPolicy".to_owned(), names(&ns, "networkpolicies", sel)?),
         ]);
         (got == want).then_some(()).ok_or_else(|| format!("want {want:?}\n got {got:?}"))
     });
@@ -311,12 +312,35 @@ fn deleting_the_pddeployment_removes_every_child() {
     });
     assert!(cluster().kubectl(&["delete", "pdd", "dsv3", "-n", &ns.name, "--wait=false"]).status.success());
     wait_for(Duration::from_secs(150), "every child to be garbage-collected", || {
-        let left: Vec<String> = ["pods", "services", "configmaps", "deployments", "replicasets"]
+        let left: Vec<String> = ["pods", "services", "configmaps", "deployments", "replicasets", "networkpolicies"]
             .iter()
             .flat_map(|k| names(&ns, k, sel).unwrap_or_default())
             .collect();
         left.is_empty().then_some(()).ok_or_else(|| format!("{left:?}"))
     });
+}
+
+#[test]
+fn switching_the_network_policy_off_deletes_it_and_leaves_the_pods_alone() {
+    let ns = TestNamespace::new("netpol");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml")).status.success());
+    let sel = "pd.inference.dev/deployment=dsv3";
+    let both: BTreeSet<String> = ["dsv3-engines", "dsv3-router"].map(String::from).into();
+    wait_for(WAIT, "both NetworkPolicies and every pod", || {
+        let (policies, pods) = (names(&ns, "networkpolicies", sel)?, names(&ns, "pods", sel)?);
+        (policies == both && pods.len() >= 3).then_some(()).ok_or_else(|| format!("{policies:?} {pods:?}"))
+    });
+    let engines = ns.get_json("networkpolicy", "dsv3-engines").unwrap();
+    assert_eq!(engines["metadata"]["ownerReferences"][0]["kind"], "PDDeployment", "{engines}");
+    let before = uids(&ns, "dsv3");
+    let patch = r#"{"spec":{"networkPolicy":{"enabled":false}}}"#;
+    assert!(cluster().kubectl(&["patch", "pdd", "dsv3", "-n", &ns.name, "--type=merge", "-p", patch]).status.success());
+    wait_for(WAIT, "the NetworkPolicies to go", || {
+        let left = names(&ns, "networkpolicies", sel)?;
+        left.is_empty().then_some(()).ok_or_else(|| format!("{left:?}"))
+    });
+    assert_eq!(uids(&ns, "dsv3"), before, "turning the policy off replaced engine pods");
 }
 
 fn leader_gauge(c: &ControllerProcess) -> Option<u64> {

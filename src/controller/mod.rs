@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -132,6 +133,7 @@ pub struct ChildStores {
     service_accounts: Store<ServiceAccount>,
     roles: Store<Role>,
     role_bindings: Store<RoleBinding>,
+    network_policies: Store<NetworkPolicy>,
 }
 
 impl ChildStores {
@@ -143,10 +145,11 @@ impl ChildStores {
             self.config_maps.wait_until_ready(),
             self.deployments.wait_until_ready(),
         );
-        let rbac = futures::future::try_join3(
+        let rbac = futures::future::try_join4(
             self.service_accounts.wait_until_ready(),
             self.roles.wait_until_ready(),
             self.role_bindings.wait_until_ready(),
+            self.network_policies.wait_until_ready(),
         );
         futures::future::try_join(waits, rbac).await.map(|_| ()).map_err(|_| Error::CacheClosed)
     }
@@ -160,7 +163,7 @@ impl ChildStores {
         selector: &str,
     ) -> Result<Vec<(&'static str, watchdog::Divergence)>, kube::Error> {
         let sel = Some(selector);
-        let (pods, services, config_maps, deployments, accounts, roles, bindings) = futures::try_join!(
+        let (pods, services, config_maps, deployments, accounts, roles, bindings, policies) = futures::try_join!(
             watchdog::check(scoped(client, ns), sel, &self.pods),
             watchdog::check(scoped(client, ns), sel, &self.services),
             watchdog::check(scoped(client, ns), sel, &self.config_maps),
@@ -168,6 +171,7 @@ impl ChildStores {
             watchdog::check(scoped(client, ns), sel, &self.service_accounts),
             watchdog::check(scoped(client, ns), sel, &self.roles),
             watchdog::check(scoped(client, ns), sel, &self.role_bindings),
+            watchdog::check(scoped(client, ns), sel, &self.network_policies),
         )?;
         Ok(vec![
             ("pods", pods),
@@ -177,6 +181,7 @@ impl ChildStores {
             ("serviceaccounts", accounts),
             ("roles", roles),
             ("rolebindings", bindings),
+            ("networkpolicies", policies),
         ])
     }
 }
@@ -587,6 +592,7 @@ async fn reconcile_term(
     let (account_store, account_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let stores = ChildStores {
         pods: pod_store,
         services: service_store,
@@ -595,6 +601,7 @@ async fn reconcile_term(
         service_accounts: account_store,
         roles: role_store,
         role_bindings: binding_store,
+        network_policies: policy_store,
     };
     let (pdd_store, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
@@ -610,6 +617,7 @@ async fn reconcile_term(
         .owns_stream(account_events)
         .owns_stream(role_events)
         .owns_stream(binding_events)
+        .owns_stream(policy_events)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(term.clone().cancelled_owned())

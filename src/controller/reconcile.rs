@@ -134,7 +134,7 @@ impl<'a> Pass<'a> {
         Ok(Action::await_change())
     }
 
-    /// Services, the handshake ConfigMap, the sidecar's RBAC and the router, each applied when its
+    /// Services, the handshake ConfigMap, the sidecar's RBAC, the NetworkPolicies and the router, each applied when its
     /// content changed; returns the router's ready replicas when the router is enabled.
     async fn apply_support(&self, rendered: &Rendered) -> Result<Option<i32>, Error> {
         let (ctx, ns, name, uid) = (self.ctx, self.ns.as_str(), self.name.as_str(), self.uid.as_str());
@@ -146,11 +146,12 @@ impl<'a> Pass<'a> {
             ctx.sync_children(&stores.roles, ns, name, uid, &rendered.roles).await?;
             ctx.sync_children(&stores.role_bindings, ns, name, uid, &rendered.role_bindings).await
         };
-        let (_, _, _, _, routers) = futures::try_join!(
+        let (_, _, _, _, _, routers) = futures::try_join!(
             ctx.sync_children(&stores.services, ns, name, uid, &rendered.services),
             ctx.sync_children(&stores.config_maps, ns, name, uid, &rendered.config_maps),
             ctx.sync_children(&stores.service_accounts, ns, name, uid, &rendered.service_accounts),
             rbac,
+            ctx.sync_children(&stores.network_policies, ns, name, uid, &rendered.network_policies),
             ctx.sync_children(&stores.deployments, ns, name, uid, &rendered.deployments),
         )?;
         Ok(self
@@ -345,6 +346,7 @@ mod tests {
             service_accounts: store(applied(log, "serviceaccounts")),
             roles: store(applied(log, "roles")),
             role_bindings: store(applied(log, "rolebindings")),
+            network_policies: store(applied(log, "networkpolicies")),
         }
     }
 
@@ -395,6 +397,7 @@ mod tests {
             .chain(named("rolebindings", rendered.role_bindings.iter().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("pods", rendered.pods().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("deployments", rendered.deployments.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("networkpolicies", rendered.network_policies.iter().map(|o| o.metadata.name.clone()).collect()))
             .collect();
         let kind_and_name = |path: &str| {
             let mut parts = path.rsplit('/');
