@@ -40,6 +40,7 @@ pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
     category = "pd",
     namespaced,
     status = "PDDeploymentStatus",
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas", label_selector_path = ".status.selector"),
     derive = "PartialEq",
     printcolumn(name = "Prefill", type_ = "string", json_path = ".status.prefill.ready", description = "ready/desired prefill instances"),
     printcolumn(name = "Decode", type_ = "string", json_path = ".status.decode.ready", description = "ready/desired decode instances"),
@@ -49,6 +50,11 @@ pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PDDeploymentSpec {
+    /// How many times the declared prefill:decode unit runs: each role runs `replicas` times its
+    /// own `replicas` instances. The `/scale` subresource's replicas (`kubectl scale`, HPA, KEDA).
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
     /// Which engine runs the pods. `sim` runs pd-operator's GPU-free stand-in instead of SGLang.
     #[serde(default)]
     pub engine: EngineSpec,
@@ -310,6 +316,12 @@ impl PDDeploymentSpec {
             Role::Prefill => &self.prefill,
             Role::Decode => &self.decode,
         }
+    }
+
+    /// Instances the role runs: its `replicas` per unit times the units (`spec.replicas`).
+    pub fn instances(&self, role: Role) -> u32 {
+        let per_unit = u32::try_from(self.role(role).replicas).unwrap_or(0);
+        per_unit.saturating_mul(u32::try_from(self.replicas).unwrap_or(0))
     }
 }
 
@@ -588,6 +600,15 @@ impl Default for NetworkPolicySpec {
 pub struct PDDeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Units running at the desired revision and ready in both roles (the `/scale` subresource's
+    /// status replicas): the fewer of ready prefill and ready decode instances, each divided by
+    /// its per-unit count.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The engine pods, as a label selector string (the `/scale` subresource's selector: HPA
+    /// averages its pod metrics over these).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub selector: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default)]

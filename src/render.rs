@@ -493,7 +493,7 @@ fn handshake_rbac(
         ..Default::default()
     });
     let mut pods: Vec<String> = Vec::new();
-    for i in 0..spec.decode.replicas.max(0) as u32 {
+    for i in 0..spec.instances(Role::Decode) {
         for node in 0..spec.decode.nodes_per_instance() {
             pods.push(pod_name(name, Role::Decode, i, node));
         }
@@ -702,12 +702,12 @@ fn router_objects(
     let r = &spec.router;
     let labels = common_labels(name, ROUTER_ROLE);
     let mut args = vec!["--pd-disaggregation".to_owned()];
-    for i in 0..spec.prefill.replicas.max(0) as u32 {
+    for i in 0..spec.instances(Role::Prefill) {
         args.push("--prefill".into());
         args.push(format!("http://{}:{DEFAULT_HTTP_PORT}", leader_host(name, ns, Role::Prefill, i)));
         args.push(spec.kv_transfer.bootstrap_port.to_string());
     }
-    for i in 0..spec.decode.replicas.max(0) as u32 {
+    for i in 0..spec.instances(Role::Decode) {
         args.push("--decode".into());
         args.push(format!("http://{}:{DEFAULT_HTTP_PORT}", leader_host(name, ns, Role::Decode, i)));
     }
@@ -781,7 +781,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         out.services.push(headless_service(spec, role, name, &ns, &owners));
     }
     let prefill_addresses: Vec<String> =
-        (0..spec.prefill.replicas.max(0) as u32).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
+        (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
     let decode_json = serde_json::to_string_pretty(&decode_topology_json(spec, facts))
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     out.config_maps.push(ConfigMap {
@@ -799,7 +799,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         let revision = role_revision(spec, role, opts);
-        for instance in 0..rs.replicas.max(0) as u32 {
+        for instance in 0..spec.instances(role) {
             let pods = (0..rs.nodes_per_instance())
                 .map(|node| PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts }.pod())
                 .collect();

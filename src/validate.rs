@@ -956,7 +956,7 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         let nodes = rs.nodes_per_instance();
-        let last_instance = rs.replicas.max(1) - 1;
+        let last_instance = spec.instances(role).max(1) - 1;
         let host = format!("{name}-{}-{last_instance}-{}", role.as_str(), nodes.saturating_sub(1));
         if host.len() > DNS_LABEL_MAX {
             out.push(Finding::error(

@@ -201,6 +201,59 @@ fn scaling_decode_from_four_to_two_removes_exactly_two_instances() {
     });
 }
 
+/// Prefill and decode instances that exist and are not being deleted.
+fn live_instances(ns: &TestNamespace, pdd: &str) -> Result<(BTreeSet<String>, BTreeSet<String>), String> {
+    let mut out = (BTreeSet::new(), BTreeSet::new());
+    for p in pods(ns, pdd)?.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()) {
+        let labels = &p["metadata"]["labels"];
+        let instance = labels["pd.inference.dev/instance"].as_str().unwrap_or_default().to_owned();
+        match labels["pd.inference.dev/role"].as_str() {
+            Some("prefill") => out.0.insert(instance),
+            _ => out.1.insert(instance),
+        };
+    }
+    Ok(out)
+}
+
+#[test]
+fn kubectl_scale_multiplies_the_declared_prefill_decode_unit() {
+    let ns = TestNamespace::new("unit");
+    let _ctl = ControllerProcess::start(&ns.name);
+    // One unit: 1 prefill and 2 decode instances.
+    assert!(ns.apply(&scaled(2)).status.success());
+    let count = |want: (usize, usize)| {
+        wait_for(WAIT, &format!("{want:?} prefill/decode instances and status to follow"), || {
+            let (p, d) = live_instances(&ns, "scale")?;
+            let s = ns.get_json("pdd", "scale")?["status"].clone();
+            let units = want.0 as i64;
+            let ok = (p.len(), d.len()) == want && s["replicas"] == units && s["prefill"]["readyReplicas"] == want.0 as i64;
+            ok.then_some(()).ok_or_else(|| format!("prefill {p:?} decode {d:?} status {s}"))
+        })
+    };
+    count((1, 2));
+    let scale = |n: &str| {
+        let o = cluster().kubectl(&["scale", "pdd", "scale", "-n", &ns.name, &format!("--replicas={n}")]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    scale("3");
+    count((3, 6));
+    // The scale subresource reports what HPA reads: replicas and the engine pods' selector.
+    let sub =
+        cluster().kubectl(&["get", "--raw", &format!("/apis/pd.inference.dev/v1alpha1/namespaces/{}/pddeployments/scale/scale", ns.name)]);
+    let sub: Value = serde_json::from_slice(&sub.stdout).unwrap();
+    assert_eq!(sub["spec"]["replicas"], 3, "{sub}");
+    assert_eq!(sub["status"]["replicas"], 3, "{sub}");
+    let selector = sub["status"]["selector"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(names(&ns, "pods", &selector).unwrap().len(), 9, "the selector picks the 9 engine pods: {selector}");
+    let survivors = uids(&ns, "scale");
+    scale("1");
+    count((1, 2));
+    let after = uids(&ns, "scale");
+    for n in ["scale-prefill-0-0", "scale-decode-0-0", "scale-decode-1-0"] {
+        assert_eq!(survivors.get(n), after.get(n), "{n}: the first unit survives the scale-down untouched");
+    }
+}
+
 fn rollout_spec(mem: &str) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n"

@@ -42,14 +42,13 @@ struct RoleCount {
 }
 
 fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
-    let spec = inputs.pdd.spec.role(role);
     let (nodes, revision) = match role {
         Role::Prefill => (inputs.nodes.0, inputs.revisions.0),
         Role::Decode => (inputs.nodes.1, inputs.revisions.1),
     };
-    let replicas = spec.replicas.max(0);
+    let replicas = i32::try_from(inputs.pdd.spec.instances(role)).unwrap_or(i32::MAX);
     let (mut ready, mut updated) = (0, 0);
-    for i in 0..replicas as u32 {
+    for i in 0..inputs.pdd.spec.instances(role) {
         let pods: Vec<&ObservedPod> = inputs.observed.iter().filter(|p| p.role == role && p.instance == i && !p.deleting).collect();
         let complete = pods.len() == nodes as usize;
         if complete && pods.iter().all(|p| p.serving() && p.phase == "Running") {
@@ -112,12 +111,31 @@ fn handshake(observed: &[ObservedPod]) -> (Option<bool>, String, String) {
     )
 }
 
+/// Units present (the `/scale` status replicas): per role with instances in a unit, the instances
+/// that have pods not being deleted, divided by that role's instances per unit; the fewer.
+fn units(inputs: &StatusInputs) -> i32 {
+    let spec = &inputs.pdd.spec;
+    let per_role = [Role::Prefill, Role::Decode].into_iter().filter_map(|role| {
+        let per_unit = u32::try_from(spec.role(role).replicas).ok().filter(|n| *n > 0)?;
+        let present: std::collections::BTreeSet<u32> =
+            inputs.observed.iter().filter(|p| p.role == role && !p.deleting).map(|p| p.instance).collect();
+        Some(u32::try_from(present.len()).unwrap_or(u32::MAX) / per_unit)
+    });
+    per_role.min().map_or(spec.replicas, |u| i32::try_from(u).unwrap_or(i32::MAX))
+}
+
+/// The PDDeployment's engine pods as a label selector string.
+fn engine_selector(pdd: &PDDeployment) -> String {
+    let name = pdd.metadata.name.as_deref().unwrap_or_default();
+    format!("{}={name},{} in (decode,prefill)", render::LABEL_DEPLOYMENT, render::LABEL_ROLE)
+}
+
 fn endpoints(pdd: &PDDeployment) -> Endpoints {
     let name = pdd.metadata.name.clone().unwrap_or_default();
     let ns = pdd.metadata.namespace.clone().unwrap_or_default();
     let port = crate::api::DEFAULT_HTTP_PORT;
-    let instances = |role: Role, replicas: i32, bootstrap: bool| -> Vec<InstanceEndpoint> {
-        (0..replicas.max(0) as u32)
+    let instances = |role: Role, bootstrap: bool| -> Vec<InstanceEndpoint> {
+        (0..pdd.spec.instances(role))
             .map(|i| InstanceEndpoint {
                 instance: i,
                 http: format!("http://{}:{port}", render::leader_host(&name, &ns, role, i)),
@@ -127,8 +145,8 @@ fn endpoints(pdd: &PDDeployment) -> Endpoints {
     };
     Endpoints {
         router: pdd.spec.router.enabled.then(|| format!("http://{}.{ns}.svc:{}", render::router_name(&name), pdd.spec.router.port)),
-        prefill: instances(Role::Prefill, pdd.spec.prefill.replicas, true),
-        decode: instances(Role::Decode, pdd.spec.decode.replicas, false),
+        prefill: instances(Role::Prefill, true),
+        decode: instances(Role::Decode, false),
     }
 }
 
@@ -213,6 +231,8 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     };
     PDDeploymentStatus {
         observed_generation: generation,
+        replicas: units(inputs),
+        selector: engine_selector(pdd),
         conditions: merge(&previous, conditions, &inputs.now, generation),
         prefill: role_status(&p),
         decode: role_status(&d),
@@ -238,7 +258,7 @@ pub fn handshake_transition(
 
 /// Per decode instance, the rank map its sidecar published with a passed handshake.
 fn rank_map(inputs: &StatusInputs) -> Vec<DecodeRankMap> {
-    (0..inputs.pdd.spec.decode.replicas.max(0) as u32)
+    (0..inputs.pdd.spec.instances(Role::Decode))
         .filter_map(|i| {
             let published = inputs.observed.iter().filter(|p| p.role == Role::Decode && p.instance == i && !p.deleting).find_map(|p| {
                 let h = p.handshake.as_ref().filter(|h| h.passed)?;
