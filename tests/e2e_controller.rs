@@ -3,9 +3,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
-use common::{ControllerProcess, TestNamespace, cluster, repo_path, text, wait_for};
+use common::{Background, ControllerProcess, TestNamespace, cluster, repo_path, text, wait_for};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -252,6 +254,106 @@ fn kubectl_scale_multiplies_the_declared_prefill_decode_unit() {
     for n in ["scale-prefill-0-0", "scale-decode-0-0", "scale-decode-1-0"] {
         assert_eq!(survivors.get(n), after.get(n), "{n}: the first unit survives the scale-down untouched");
     }
+}
+
+/// The HPA test's external metrics API, registered with the aggregator for the test's lifetime.
+struct ExternalMetrics {
+    dir: PathBuf,
+    _server: Background,
+}
+
+impl ExternalMetrics {
+    /// Serves `external.metrics.k8s.io/v1beta1` from this host's first non-loopback IPv4 address
+    /// (the apiserver dials the EndpointSlice's address; loopback is not allowed there).
+    fn start(ns: &TestNamespace) -> Self {
+        let dir = std::env::temp_dir().join(format!("pd-external-metrics-{}", ns.name));
+        let values = dir.join("values");
+        std::fs::create_dir_all(&values).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let made = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=external-metrics"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{}", text(&made));
+        let ip = host_ipv4();
+        let server = Background::spawn(
+            "external-metrics",
+            Command::new("python3").arg(repo_path("tests/hpa/external_metrics.py")).arg(&values).arg(&cert).arg(&key).arg(&ip),
+        );
+        let port = wait_for(Duration::from_secs(20), "the metrics server's port", || {
+            server.log_text().lines().next().and_then(|l| l.trim().parse::<u16>().ok()).ok_or_else(|| server.log_text())
+        });
+        let service = serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "external-metrics"},
+            "spec": {"ports": [{"name": "https", "port": 443}]}});
+        let endpoints = serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "external-metrics", "labels": {"kubernetes.io/service-name": "external-metrics"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": [ip]}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]});
+        let api = serde_json::json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
+            "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1", "insecureSkipTLSVerify": true,
+                "groupPriorityMinimum": 100, "versionPriority": 100,
+                "service": {"namespace": ns.name, "name": "external-metrics", "port": 443}}});
+        let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [service, endpoints, api]}).to_string();
+        assert!(ns.apply(&objects).status.success());
+        Self { dir: values, _server: server }
+    }
+
+    fn set(&self, metric: &str, value: u32) {
+        std::fs::write(self.dir.join(metric), value.to_string()).unwrap();
+    }
+}
+
+impl Drop for ExternalMetrics {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "apiservice", "v1beta1.external.metrics.k8s.io", "--ignore-not-found"]);
+    }
+}
+
+fn host_ipv4() -> String {
+    let o = Command::new("hostname").arg("-I").output().unwrap();
+    let all = String::from_utf8_lossy(&o.stdout).to_string();
+    all.split_whitespace()
+        .find(|a| a.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| !ip.is_loopback()))
+        .unwrap_or_else(|| panic!("no IPv4 in {all:?}"))
+        .to_owned()
+}
+
+#[test]
+fn an_hpa_scales_the_pddeployment_through_its_scale_subresource() {
+    let ns = TestNamespace::new("hpa");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let metrics = ExternalMetrics::start(&ns);
+    metrics.set("pd_queue_depth", 5);
+    wait_for(WAIT, "the external metrics API to answer through the aggregator", || {
+        let path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/pd_queue_depth", ns.name);
+        let o = cluster().kubectl(&["get", "--raw", &path]);
+        o.status.success().then_some(()).ok_or_else(|| text(&o))
+    });
+    assert!(ns.apply(&scaled(2)).status.success());
+    // One unit per 10 queued requests, between 1 and 4 units; no stabilization, so the test is short.
+    let hpa = serde_json::json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "scale"},
+        "spec": {"scaleTargetRef": {"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "name": "scale"},
+            "minReplicas": 1, "maxReplicas": 4,
+            "metrics": [{"type": "External", "external": {"metric": {"name": "pd_queue_depth"}, "target": {"type": "AverageValue", "averageValue": "10"}}}],
+            "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0}, "scaleDown": {"stabilizationWindowSeconds": 0}}}});
+    assert!(ns.apply(&hpa.to_string()).status.success());
+    let units = |want: usize| {
+        wait_for(Duration::from_secs(120), &format!("{want} units: {want} prefill and {} decode instances", 2 * want), || {
+            let (p, d) = live_instances(&ns, "scale")?;
+            let hpa = ns.get_json("hpa", "scale").map(|h| h["status"].to_string()).unwrap_or_default();
+            ((p.len(), d.len()) == (want, 2 * want)).then_some(()).ok_or_else(|| format!("prefill {p:?} decode {d:?}; hpa {hpa}"))
+        })
+    };
+    units(1);
+    metrics.set("pd_queue_depth", 30);
+    units(3);
+    assert_eq!(ns.get_json("pdd", "scale").unwrap()["spec"]["replicas"], 3);
+    metrics.set("pd_queue_depth", 8);
+    units(1);
 }
 
 fn rollout_spec(mem: &str) -> String {
