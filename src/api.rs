@@ -558,15 +558,66 @@ impl Default for RouterSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSpec {
-    /// Instances per role that may be down at once during a spec change.
+    /// Instances per role that may be down at once during a spec change (unless the role's own
+    /// `maxUnavailable` says otherwise).
     #[serde(default = "one_i32")]
     #[schemars(range(min = 1))]
     pub max_unavailable: i32,
+    /// How far, in percent of its instances, one role's rollout may run ahead of the other's.
+    /// 0 (the default): the roles take turns, so the prefill:decode mix of revisions stays even.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_skew: i32,
+    #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
+    pub prefill: RoleRollout,
+    #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
+    pub decode: RoleRollout,
 }
 
 impl Default for RolloutSpec {
     fn default() -> Self {
-        Self { max_unavailable: 1 }
+        Self { max_unavailable: 1, max_skew: 0, prefill: RoleRollout::default(), decode: RoleRollout::default() }
+    }
+}
+
+/// One role's rollout settings. Not part of the role's revision: changing them rolls nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRollout {
+    /// Overrides `rollout.maxUnavailable` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable: Option<i32>,
+    /// Instances with an index below this keep the revision they run (a canary: only instances
+    /// `partition` and up update). 0, the default: every instance updates. An instance below the
+    /// partition that has to be recreated comes back at the new revision.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub partition: i32,
+}
+
+impl RoleRollout {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl RolloutSpec {
+    pub fn role(&self, role: Role) -> &RoleRollout {
+        match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        }
+    }
+
+    /// Instances of `role` that may be down at once during a rollout (at least 1).
+    pub fn max_unavailable(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).max_unavailable.unwrap_or(self.max_unavailable)).unwrap_or(1).max(1)
+    }
+
+    /// Instances of `role` below this index are not updated.
+    pub fn partition(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).partition).unwrap_or(0)
     }
 }
 
@@ -630,6 +681,12 @@ pub struct RoleStatus {
     pub updated_replicas: i32,
     /// `ready/desired`, for `kubectl get`.
     pub ready: String,
+    /// The revision instances not yet updated run (the update revision once all run it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current_revision: String,
+    /// The revision the role's spec renders (`pd.inference.dev/revision` of new pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub update_revision: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]

@@ -376,6 +376,40 @@ fn all_updated(ns: &TestNamespace) -> Result<(), String> {
 }
 
 #[test]
+fn a_decode_partition_canaries_the_new_revision_on_the_instances_above_it() {
+    let ns = TestNamespace::new("canary");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(&rollout_spec("0.80")).status.success());
+    wait_for(WAIT, "the first revision to be ready", || all_updated(&ns));
+    let before = uids(&ns, "roll");
+    let canary = rollout_spec("0.85") + "  rollout: {decode: {partition: 2}}\n";
+    assert!(ns.apply(&canary).status.success());
+    wait_for(Duration::from_secs(180), "prefill rolled, decode 2 only, rollout complete", || {
+        let v = ns.get_json("pdd", "roll")?;
+        let s = &v["status"];
+        let progressing = common::condition(&v, "Progressing").map(|c| c["reason"].clone()).unwrap_or_default();
+        let ok = s["observedGeneration"] == v["metadata"]["generation"]
+            && s["prefill"]["updatedReplicas"] == 2
+            && s["decode"]["updatedReplicas"] == 1
+            && s["decode"]["readyReplicas"] == 3
+            && progressing == "Complete";
+        ok.then_some(()).ok_or_else(|| s.to_string())
+    });
+    let after = uids(&ns, "roll");
+    for kept in ["roll-decode-0-0", "roll-decode-1-0"] {
+        assert_eq!(before.get(kept), after.get(kept), "{kept} is below the partition");
+    }
+    assert_ne!(before.get("roll-decode-2-0"), after.get("roll-decode-2-0"), "decode 2 is the canary");
+    let decode = ns.get_json("pdd", "roll").unwrap()["status"]["decode"].clone();
+    assert_ne!(decode["currentRevision"], decode["updateRevision"], "two revisions serve: {decode}");
+    // Lifting the partition finishes the rollout; the settings themselves roll nothing.
+    assert!(ns.apply(&rollout_spec("0.85")).status.success());
+    wait_for(Duration::from_secs(180), "every instance on the new revision", || all_updated(&ns));
+    let decode = ns.get_json("pdd", "roll").unwrap()["status"]["decode"].clone();
+    assert_eq!(decode["currentRevision"], decode["updateRevision"], "{decode}");
+}
+
+#[test]
 fn a_spec_change_rolls_every_instance_and_survives_a_controller_restart() {
     let ns = TestNamespace::new("rollout");
     let mut ctl = ControllerProcess::start(&ns.name);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::api::Role;
+use crate::api::{Role, RolloutSpec};
 use crate::render::{InstancePods, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
 
 /// What the planner needs to know about an existing engine pod.
@@ -110,6 +110,8 @@ struct RoleView {
     desired: BTreeMap<u32, Vec<Pod>>,
     observed: BTreeMap<u32, Vec<ObservedPod>>,
     revision: String,
+    /// Instances below this index keep their revision.
+    partition: u32,
 }
 
 impl RoleView {
@@ -120,14 +122,23 @@ impl RoleView {
     fn instance_updated(&self, i: u32) -> bool {
         self.observed.get(&i).is_some_and(|pods| !pods.is_empty() && pods.iter().all(|p| p.revision == self.revision))
     }
+    /// Instances the rollout updates: those at or above the partition.
+    fn eligible(&self) -> impl Iterator<Item = u32> + '_ {
+        self.desired.keys().copied().filter(|i| *i >= self.partition)
+    }
+    /// The share of the instances to update that are updated (1 when there are none).
     fn updated_fraction(&self) -> f64 {
-        let n = self.desired.len();
-        if n == 0 { 1.0 } else { self.desired.keys().filter(|i| self.instance_updated(**i)).count() as f64 / n as f64 }
+        let n = self.eligible().count();
+        if n == 0 { 1.0 } else { self.eligible().filter(|i| self.instance_updated(*i)).count() as f64 / n as f64 }
+    }
+    /// Whether some instance still has to be updated.
+    fn rolling(&self) -> bool {
+        self.eligible().any(|i| !self.instance_updated(i))
     }
 }
 
-fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod]) -> RoleView {
-    let mut v = RoleView::default();
+fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec) -> RoleView {
+    let mut v = RoleView { partition: rollout.partition(role), ..RoleView::default() };
     for instance in desired.iter().filter(|i| i.role == role) {
         v.revision.clone_from(&instance.revision);
         v.desired.insert(instance.index, instance.pods.clone());
@@ -138,13 +149,15 @@ fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod]) -> RoleV
     v
 }
 
-/// Plans one reconcile. `max_unavailable` bounds instances per role down at once during a rollout.
-pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], max_unavailable: u32) -> Plan {
-    let prefill = view(Role::Prefill, desired, observed);
-    let decode = view(Role::Decode, desired, observed);
+/// Plans one reconcile; `rollout` bounds how a spec change rolls through each role.
+pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec) -> Plan {
+    let prefill = view(Role::Prefill, desired, observed, rollout);
+    let decode = view(Role::Decode, desired, observed, rollout);
+    let max_skew = f64::from(rollout.max_skew.clamp(0, 100)) / 100.0;
     let mut out = Plan::default();
-    RolePlan { role: Role::Prefill, v: &prefill, other: &decode, out: &mut out }.plan(max_unavailable);
-    RolePlan { role: Role::Decode, v: &decode, other: &prefill, out: &mut out }.plan(max_unavailable);
+    for (role, v, other) in [(Role::Prefill, &prefill, &decode), (Role::Decode, &decode, &prefill)] {
+        RolePlan { role, v, other, max_skew, out: &mut out }.plan(rollout.max_unavailable(role));
+    }
     out
 }
 
@@ -153,6 +166,8 @@ struct RolePlan<'a> {
     role: Role,
     v: &'a RoleView,
     other: &'a RoleView,
+    /// How far (a fraction of instances) this role may run ahead of the other.
+    max_skew: f64,
     out: &'a mut Plan,
 }
 
@@ -190,7 +205,7 @@ impl RolePlan<'_> {
                 continue;
             }
             unavailable += u32::from(!v.instance_ready(*i));
-            if !v.instance_updated(*i) {
+            if *i >= v.partition && !v.instance_updated(*i) {
                 outdated.push(*i);
             }
         }
@@ -212,12 +227,9 @@ impl RolePlan<'_> {
         true
     }
 
-    /// Roll in step: a role ahead of the other waits for it.
+    /// Roll in step: a role more than `max_skew` ahead of the other waits for it.
     fn waits_for_other(&self, outdated: &[u32]) -> bool {
-        let other = self.other;
-        !outdated.is_empty()
-            && self.v.updated_fraction() > other.updated_fraction()
-            && other.desired.keys().any(|i| !other.instance_updated(*i))
+        !outdated.is_empty() && self.other.rolling() && self.v.updated_fraction() - self.other.updated_fraction() > self.max_skew
     }
 
     /// Replaces up to `budget` outdated instances, never the last ready one of a role with several.
@@ -284,6 +296,10 @@ mod tests {
         (desired, observed)
     }
 
+    fn unavailable(n: i32) -> RolloutSpec {
+        RolloutSpec { max_unavailable: n, ..RolloutSpec::default() }
+    }
+
     fn deletes(plan: &Plan) -> Vec<(Role, u32, DeleteReason)> {
         plan.deletes.iter().map(|d| (d.role, d.instance, d.reason)).collect()
     }
@@ -298,13 +314,13 @@ mod tests {
     #[test]
     fn a_steady_state_plans_nothing() {
         let (desired, observed) = steady(2, 2, "r1");
-        assert_eq!(plan(&desired, &observed, 1), Plan::default());
+        assert_eq!(plan(&desired, &observed, &unavailable(1)), Plan::default());
     }
 
     #[test]
     fn missing_instances_are_created_whole() {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
-        let p = plan(&desired, &[], 1);
+        let p = plan(&desired, &[], &unavailable(1));
         let created: Vec<(Role, u32, usize)> = p.creates.iter().map(|(r, i, pods)| (*r, *i, pods.len())).collect();
         assert_eq!(created, vec![(Role::Prefill, 0, 2), (Role::Decode, 0, 1)]);
         assert!(p.deletes.is_empty());
@@ -317,7 +333,7 @@ mod tests {
         let mut leaving = have(Role::Decode, 3, 0, "r1");
         leaving.deleting = true;
         observed.push(leaving);
-        let p = plan(&desired, &observed, 1);
+        let p = plan(&desired, &observed, &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Decode, 2, DeleteReason::ScaleDown), (Role::Decode, 3, DeleteReason::ScaleDown)]);
         assert_eq!(p.deletes[0].pods, vec!["decode-2-0".to_owned()]);
         assert!(p.deletes[1].pods.is_empty(), "a pod already terminating is not deleted again");
@@ -328,12 +344,12 @@ mod tests {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let mut failed = have(Role::Prefill, 0, 1, "r1");
         failed.phase = "Failed".into();
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], 1);
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert_eq!(p.deletes[0].pods.len(), 2, "both ranks go: a multi-node engine cannot survive a lost rank");
         assert!(p.deletes[0].why.contains("prefill-0-1 is Failed"), "{}", p.deletes[0].why);
         // Node 1 vanished: same.
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], 1);
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert!(p.deletes[0].why.contains("prefill-0-1 disappeared"), "{}", p.deletes[0].why);
     }
@@ -342,7 +358,7 @@ mod tests {
     fn an_instance_still_terminating_is_left_alone() {
         let (desired, mut observed) = steady(1, 1, "r1");
         observed[0].deleting = true;
-        assert_eq!(plan(&desired, &observed, 1), Plan::default());
+        assert_eq!(plan(&desired, &observed, &unavailable(1)), Plan::default());
     }
 
     #[test]
@@ -350,17 +366,17 @@ mod tests {
         let (mut desired, observed) = steady(3, 3, "r1");
         roll(&mut desired, Role::Prefill, "r2");
         roll(&mut desired, Role::Decode, "r2");
-        let p = plan(&desired, &observed, 1);
+        let p = plan(&desired, &observed, &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Rollout), (Role::Decode, 0, DeleteReason::Rollout)]);
-        let p = plan(&desired, &observed, 2);
+        let p = plan(&desired, &observed, &unavailable(2));
         assert_eq!(p.deletes.len(), 4, "two per role: {:?}", deletes(&p));
         // An instance that is down already uses the budget: nothing more goes.
         let mut starting = observed.clone();
         starting[0].ready = false;
         assert!(
-            !plan(&desired, &starting, 1).deletes.iter().any(|d| d.role == Role::Prefill),
+            !plan(&desired, &starting, &unavailable(1)).deletes.iter().any(|d| d.role == Role::Prefill),
             "{:?}",
-            deletes(&plan(&desired, &starting, 1))
+            deletes(&plan(&desired, &starting, &unavailable(1)))
         );
     }
 
@@ -371,7 +387,7 @@ mod tests {
         roll(&mut desired, Role::Prefill, "r2");
         observed[1].ready = false; // decode 0 not ready: decode 1 is the last ready one
         // The budget (3, less the one down) would allow both: the guard stops at the last ready one.
-        let p = plan(&desired, &observed, 3);
+        let p = plan(&desired, &observed, &unavailable(3));
         let decode: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Decode).map(|d| d.instance).collect();
         assert_eq!(decode, vec![0], "only the unready outdated instance goes");
         // A role with a single instance may roll it.
@@ -385,7 +401,52 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         // Prefill 0 is on r2 already; decode has not started: prefill waits, decode goes.
         observed[0].revision = "r2".into();
-        let p = plan(&desired, &observed, 1);
+        let p = plan(&desired, &observed, &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Decode, 0, DeleteReason::Rollout)]);
+    }
+
+    #[test]
+    fn a_partition_keeps_the_instances_below_it_and_the_other_role_does_not_wait_for_them() {
+        let (mut desired, observed) = steady(3, 3, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        let mut rollout = unavailable(3);
+        rollout.prefill.partition = 2;
+        let p = plan(&desired, &observed, &rollout);
+        let prefill: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Prefill).map(|d| d.instance).collect();
+        assert_eq!(prefill, vec![2], "only prefill 2 is at or above the partition");
+        // Prefill 2 done: its rollout is complete, and the decode rolls on without waiting for 0 and 1.
+        let mut done = observed.clone();
+        done[2].revision = "r2".into();
+        let p = plan(&desired, &done, &rollout);
+        assert!(p.deletes.iter().all(|d| d.role == Role::Decode), "{:?}", deletes(&p));
+        assert!(!p.deletes.is_empty());
+    }
+
+    #[test]
+    fn max_skew_lets_one_role_run_ahead_by_that_share() {
+        let (mut desired, mut observed) = steady(4, 4, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        observed[0].revision = "r2".into(); // prefill 1/4 ahead of decode 0/4
+        let prefill_goes = |skew: i32| {
+            let rollout = RolloutSpec { max_skew: skew, ..unavailable(1) };
+            plan(&desired, &observed, &rollout).deletes.iter().any(|d| d.role == Role::Prefill)
+        };
+        assert!(!prefill_goes(0), "in step: prefill waits for decode");
+        assert!(!prefill_goes(20), "25% ahead is more than 20%");
+        assert!(prefill_goes(25), "25% ahead is allowed");
+    }
+
+    #[test]
+    fn each_role_may_have_its_own_max_unavailable() {
+        let (mut desired, observed) = steady(3, 3, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        let mut rollout = unavailable(1);
+        rollout.decode.max_unavailable = Some(3);
+        let p = plan(&desired, &observed, &rollout);
+        let count = |role| p.deletes.iter().filter(|d| d.role == role).count();
+        assert_eq!((count(Role::Prefill), count(Role::Decode)), (1, 2), "decode takes 3 but keeps its last ready instance");
     }
 }

@@ -45,7 +45,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         }
         let rendered = render::render(pdd, &facts, &ctx.render)?;
         let router_ready = pass.apply_support(&rendered).await?;
-        let plan = plan::plan(&rendered.instances, &pass.observed, pdd.spec.rollout.max_unavailable.max(1) as u32);
+        let plan = plan::plan(&rendered.instances, &pass.observed, &pdd.spec.rollout);
         let outcome = pass.apply_plan(&plan).await?;
         pass.report(router_ready, outcome).await
     }

@@ -1,6 +1,8 @@
 //! Pure status computation. Condition timestamps change only on a real transition, so a
 //! reconcile that observes nothing new produces an identical status (and writes nothing).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::plan::ObservedPod;
@@ -39,6 +41,10 @@ struct RoleCount {
     replicas: i32,
     ready: i32,
     updated: i32,
+    /// Instances the rollout leaves at their revision (`rollout.<role>.partition`).
+    kept: i32,
+    update_revision: String,
+    current_revision: String,
 }
 
 fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
@@ -58,7 +64,19 @@ fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
             updated += 1;
         }
     }
-    RoleCount { replicas, ready, updated }
+    let kept = i32::try_from(inputs.pdd.spec.rollout.partition(role)).unwrap_or(i32::MAX).min(replicas);
+    let current_revision = current_revision(inputs, role, revision);
+    RoleCount { replicas, ready, updated, kept, update_revision: revision.to_owned(), current_revision }
+}
+
+/// The revision the role's instances run that is not the update revision (the most pods'), or the
+/// update revision once every pod runs it.
+fn current_revision(inputs: &StatusInputs, role: Role, update: &str) -> String {
+    let mut pods_per_revision: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in inputs.observed.iter().filter(|p| p.role == role && !p.deleting && p.revision != update) {
+        *pods_per_revision.entry(p.revision.as_str()).or_default() += 1;
+    }
+    pods_per_revision.into_iter().max_by_key(|(_, n)| *n).map_or_else(|| update.to_owned(), |(r, _)| r.to_owned())
 }
 
 fn cond(type_: &str, ok: Option<bool>, reason: &str, message: String) -> Condition {
@@ -167,20 +185,20 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let generation = pdd.metadata.generation;
     let previous = inputs.previous.map(|s| s.conditions.clone()).unwrap_or_default();
     let (p, d) = (count(inputs, Role::Prefill), count(inputs, Role::Decode));
-    let max_unavailable = pdd.spec.rollout.max_unavailable.max(1);
     let mut conditions = Vec::new();
     let valid = inputs.validation.is_ok();
     conditions.push(match &inputs.validation {
         Ok(()) => cond(VALIDATED, Some(true), "Valid", "the spec passes every SGLang 0.5.23 rule pd-operator knows".into()),
         Err(m) => cond(VALIDATED, Some(false), "InvalidSpec", m.clone()),
     });
-    let (pa, pr, pm) = availability(Role::Prefill, &p, max_unavailable);
-    let (da, dr, dm) = availability(Role::Decode, &d, max_unavailable);
+    let unavailable = |role| i32::try_from(pdd.spec.rollout.max_unavailable(role)).unwrap_or(i32::MAX);
+    let (pa, pr, pm) = availability(Role::Prefill, &p, unavailable(Role::Prefill));
+    let (da, dr, dm) = availability(Role::Decode, &d, unavailable(Role::Decode));
     conditions.push(cond(PREFILL_AVAILABLE, pa, pr, pm));
     conditions.push(cond(DECODE_AVAILABLE, da, dr, dm));
     let (ha, hr, hm) = handshake(inputs.observed);
     conditions.push(cond(HANDSHAKE_READY, ha, &hr, hm));
-    let converged = p.updated == p.replicas && d.updated == d.replicas && p.ready == p.replicas && d.ready == d.replicas;
+    let converged = [&p, &d].iter().all(|c| c.updated >= c.replicas - c.kept && c.ready == c.replicas);
     let extra = inputs.observed.iter().any(|o| {
         let replicas = if o.role == Role::Prefill { p.replicas } else { d.replicas };
         o.instance as i32 >= replicas
@@ -228,6 +246,8 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         ready_replicas: c.ready,
         updated_replicas: c.updated,
         ready: format!("{}/{}", c.ready, c.replicas),
+        current_revision: c.current_revision.clone(),
+        update_revision: c.update_revision.clone(),
     };
     PDDeploymentStatus {
         observed_generation: generation,
