@@ -13,6 +13,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${PD_CLUSTER_DIR:-$ROOT/.cluster}
 GPU_NODES=${PD_GPU_NODES:-4}
 GPUS_PER_NODE=${PD_GPUS_PER_NODE:-8}
+# Kubernetes' own gang scheduling (KEP-4671): Workload and PodGroup in scheduling.k8s.io/v1beta1 are
+# beta but off by default in 1.37; topology constraints on a PodGroup are alpha.
+WORKLOAD_GATES=GenericWorkload=true,TopologyAwareWorkloadScheduling=true
 
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -124,7 +127,8 @@ up() {
     --proxy-client-cert-file="$STATE/pki/admin.crt" --proxy-client-key-file="$STATE/pki/admin.key" \
     --requestheader-client-ca-file="$STATE/pki/ca.crt" --requestheader-allowed-names=pd-admin \
     --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
-    --requestheader-extra-headers-prefix=X-Remote-Extra- --enable-aggregator-routing=true
+    --requestheader-extra-headers-prefix=X-Remote-Extra- --enable-aggregator-routing=true \
+    --feature-gates="$WORKLOAD_GATES" --runtime-config=scheduling.k8s.io/v1beta1=true
   wait_for "kube-apiserver /readyz" 90 kubectl get --raw /readyz || { check_alive kube-apiserver; die "kube-apiserver not ready"; }
   log "kube-apiserver up on :$ap"
 
@@ -133,9 +137,9 @@ up() {
     --use-service-account-credentials=true --service-account-private-key-file="$STATE/pki/sa.key" \
     --root-ca-file="$STATE/pki/ca.crt" --cluster-signing-cert-file="$STATE/pki/ca.crt" --cluster-signing-key-file="$STATE/pki/ca.key" \
     --node-monitor-period=5s --node-monitor-grace-period=40s --concurrent-gc-syncs=5 \
-    --horizontal-pod-autoscaler-sync-period=5s
+    --horizontal-pod-autoscaler-sync-period=5s --feature-gates="$WORKLOAD_GATES"
   start kube-scheduler kube-scheduler --kubeconfig="$KUBECONFIG" --bind-address=127.0.0.1 --secure-port="$sp" \
-    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics --leader-elect=false
+    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics --leader-elect=false --feature-gates="$WORKLOAD_GATES"
   wait_for "kube-controller-manager" 60 curl -skf "https://127.0.0.1:$kp/healthz" || { check_alive kube-controller-manager; die "kube-controller-manager not healthy"; }
   wait_for "kube-scheduler" 60 curl -skf "https://127.0.0.1:$sp/healthz" || { check_alive kube-scheduler; die "kube-scheduler not healthy"; }
   log "controller-manager :$kp and scheduler :$sp up"

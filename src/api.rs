@@ -76,6 +76,9 @@ pub struct PDDeploymentSpec {
     /// Who may reach the engines and the router: NetworkPolicies the operator renders.
     #[serde(default)]
     pub network_policy: NetworkPolicySpec,
+    /// Where the engine pods land: all-or-nothing instances and topology.
+    #[serde(default)]
+    pub placement: PlacementSpec,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -643,6 +646,46 @@ impl Default for NetworkPolicySpec {
     fn default() -> Self {
         Self { enabled: true, clients_from: Vec::new() }
     }
+}
+
+/// How engine pods are scheduled. Applies to pods created from the change on (scheduling
+/// constraints cannot move running pods); changing it rolls nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.colocate) || self.colocate == 'none' || has(self.topologyKey)").message("colocate needs topologyKey: the node label whose value prefill and decode pods share").field_path(".colocate"))]
+pub struct PlacementSpec {
+    /// All-or-nothing scheduling of each multi-node instance. `auto` (the default): Kubernetes' own
+    /// gang scheduling (a PodGroup per instance, `scheduling.k8s.io/v1beta1`, feature gate
+    /// `GenericWorkload`) where the cluster serves it, none elsewhere; `workload`: required (the
+    /// PDDeployment reports an error where it is not served); `none`: pods schedule one by one.
+    #[serde(default)]
+    pub gang: GangMode,
+    /// A node label naming a topology domain (a rack, an NVLink domain): each instance's pods land
+    /// on nodes with one value of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+    /// Keep every prefill and decode pod in one domain of `topologyKey`, so KV moves within it:
+    /// `required`, `preferred`, or `none` (the default).
+    #[serde(default)]
+    pub colocate: Colocation,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GangMode {
+    #[default]
+    Auto,
+    Workload,
+    None,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Colocation {
+    #[default]
+    None,
+    Preferred,
+    Required,
 }
 
 /// Observed state, written only by the controller.

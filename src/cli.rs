@@ -176,6 +176,10 @@ pub struct RenderArgs {
     /// pd-operator's own image (handshake sidecar, `sim` engine).
     #[arg(long, env = "PD_OPERATOR_IMAGE", default_value_t = render::default_operator_image())]
     pub operator_image: String,
+    /// Render as for a cluster that serves Kubernetes' gang scheduling API (PodGroups for
+    /// `placement.gang: auto`); the controller finds this out from the cluster itself.
+    #[arg(long)]
+    pub workload_api: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -285,7 +289,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
         let settings = crate::controller::Settings {
             webhook,
             admin_addr: args.admin_addr,
-            render: RenderOptions { operator_image: args.operator_image, default_namespace: "default".into() },
+            render: RenderOptions { operator_image: args.operator_image, default_namespace: "default".into(), workload_api: false },
             namespace: args.namespace,
             max_concurrent_reconciles: args.max_concurrent_reconciles,
             resync: std::time::Duration::from_secs(args.resync_seconds),
@@ -547,7 +551,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let opts = RenderOptions { operator_image: args.operator_image, default_namespace: args.namespace };
+    let opts = RenderOptions { operator_image: args.operator_image, default_namespace: args.namespace, workload_api: args.workload_api };
     let mut failed = false;
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {

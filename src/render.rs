@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use serde::Serialize;
@@ -58,11 +59,14 @@ pub struct RenderOptions {
     pub operator_image: String,
     /// Namespace used when the object has none (offline `render`).
     pub default_namespace: String,
+    /// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup,
+    /// `scheduling.k8s.io/v1beta1`): `placement.gang: auto` uses it then.
+    pub workload_api: bool,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { operator_image: default_operator_image(), default_namespace: "default".into() }
+        Self { operator_image: default_operator_image(), default_namespace: "default".into(), workload_api: false }
     }
 }
 
@@ -85,6 +89,8 @@ pub struct Rendered {
     pub deployments: Vec<Deployment>,
     /// Who may reach the engines and the router (`spec.networkPolicy`).
     pub network_policies: Vec<NetworkPolicy>,
+    /// One gang per multi-node instance (`spec.placement.gang`).
+    pub pod_groups: Vec<PodGroup>,
 }
 
 /// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
@@ -130,11 +136,15 @@ impl Rendered {
         for n in &self.network_policies {
             docs.push(ser("NetworkPolicy", n)?);
         }
+        for g in &self.pod_groups {
+            docs.push(ser("PodGroup", g)?);
+        }
         Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
     }
 }
 
 mod netpol;
+pub mod placement;
 
 mod erased {
     pub trait Yaml {
@@ -182,6 +192,23 @@ pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32) -> String {
 /// The address a decode (and the router) uses for a prefill's bootstrap server.
 pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16) -> String {
     format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance))
+}
+
+/// The prefill and decode pods of PDDeployment `name`.
+pub fn engine_pods(name: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(LABEL_DEPLOYMENT.to_owned(), name.to_owned())])),
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: LABEL_ROLE.into(),
+            operator: "In".into(),
+            values: Some(vec![Role::Prefill.as_str().into(), Role::Decode.as_str().into()]),
+        }]),
+    }
+}
+
+/// `engine_pods` as a label selector string (the `/scale` subresource's form).
+pub fn engine_pods_string(name: &str) -> String {
+    format!("{LABEL_DEPLOYMENT}={name},{LABEL_ROLE} in ({},{})", Role::Decode.as_str(), Role::Prefill.as_str())
 }
 
 pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
@@ -643,6 +670,7 @@ impl PodSlot<'_> {
         if self.role == Role::Decode {
             self.add_handshake(&mut spec);
         }
+        placement::place(self.spec, self.name, self.role, self.instance, self.opts, &mut spec);
         Pod { metadata, spec: Some(spec), status: None }
     }
 
@@ -807,6 +835,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         }
     }
     out.network_policies = netpol::policies(spec, name, &ns, &owners);
+    out.pod_groups = placement::pod_groups(spec, name, &ns, &owners, opts);
     if spec.router.enabled {
         let (deployment, service) = router_objects(spec, name, &ns, &owners, opts);
         out.services.push(service);

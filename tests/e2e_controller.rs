@@ -356,6 +356,128 @@ fn an_hpa_scales_the_pddeployment_through_its_scale_subresource() {
     units(1);
 }
 
+/// kwok nodes of one test: `nvidia.com/gpu: 1` each, labelled `pool=<ns>` and `rack=<rack>`, and
+/// tainted so no other test's pods land there. Deleted with the guard.
+struct TestNodes {
+    names: Vec<String>,
+}
+
+impl TestNodes {
+    fn add(ns: &TestNamespace, racks: &[&str]) -> Self {
+        let mut names = Vec::new();
+        for (i, rack) in racks.iter().enumerate() {
+            names.push(Self::node(ns, &format!("{}-n{i}", ns.name), rack));
+        }
+        Self { names }
+    }
+
+    fn node(ns: &TestNamespace, name: &str, rack: &str) -> String {
+        let capacity = serde_json::json!({"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "1"});
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {"type": "kwok", "kubernetes.io/hostname": name, "pool": ns.name, "rack": rack}},
+            "spec": {"taints": [{"key": "pool", "value": ns.name, "effect": "NoSchedule"}]},
+            "status": {"capacity": capacity, "allocatable": capacity}});
+        let o = cluster().kubectl_stdin(&["apply", "-f", "-"], &node.to_string());
+        assert!(o.status.success(), "{}", text(&o));
+        name.to_owned()
+    }
+
+    fn grow(&mut self, ns: &TestNamespace, rack: &str) {
+        let name = format!("{}-n{}", ns.name, self.names.len());
+        self.names.push(Self::node(ns, &name, rack));
+    }
+}
+
+impl Drop for TestNodes {
+    fn drop(&mut self) {
+        let mut args = vec!["delete", "node", "--wait=false", "--ignore-not-found"];
+        args.extend(self.names.iter().map(String::as_str));
+        let _ = cluster().kubectl(&args);
+    }
+}
+
+/// Instances of two pods each (tp 2, one GPU a node) pinned to the test's own nodes.
+fn placed(ns: &TestNamespace, placement: &str, prefill: u32, decode: u32) -> String {
+    let template = format!("template: {{nodeSelector: {{pool: {}}}, tolerations: [{{key: pool, operator: Exists}}]}}", ns.name);
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: gang}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  \
+         kvTransfer: {{pageSize: 64}}\n  placement: {placement}\n  router: {{enabled: false}}\n  \
+         prefill: {{replicas: {prefill}, gpusPerNode: 1, parallelism: {{tp: 2}}, {template}}}\n  \
+         decode: {{replicas: {decode}, gpusPerNode: 1, parallelism: {{tp: 2}}, {template}}}\n"
+    )
+}
+
+/// Per instance (`role-i`), the nodes its pods are bound to ("" for a pod not bound).
+fn bindings(ns: &TestNamespace) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in pods(ns, "gang")? {
+        let l = &p["metadata"]["labels"];
+        let key =
+            format!("{}-{}", l["pd.inference.dev/role"].as_str().unwrap_or(""), l["pd.inference.dev/instance"].as_str().unwrap_or(""));
+        out.entry(key).or_default().push(p["spec"]["nodeName"].as_str().unwrap_or("").to_owned());
+    }
+    Ok(out)
+}
+
+#[test]
+fn a_gang_instance_binds_all_of_its_pods_or_none_and_without_gang_some() {
+    let ns = TestNamespace::new("gang");
+    let _ctl = ControllerProcess::start(&ns.name);
+    // Four pods (a prefill and a decode instance of two), three one-GPU nodes.
+    let mut nodes = TestNodes::add(&ns, &["a", "a", "a"]);
+    assert!(ns.apply(&placed(&ns, "{gang: workload}", 1, 1)).status.success());
+    let settled = |want_bound: usize| {
+        wait_for(WAIT, &format!("{want_bound} pods bound, each instance whole or not at all"), || {
+            let b = bindings(&ns)?;
+            let bound: usize = b.values().map(|n| n.iter().filter(|n| !n.is_empty()).count()).sum();
+            let whole = b.values().all(|n| n.iter().all(|n| n.is_empty()) || n.iter().all(|n| !n.is_empty()));
+            (b.len() == 2 && bound == want_bound && whole).then_some(()).ok_or_else(|| format!("{b:?}"))
+        })
+    };
+    settled(2);
+    // The waiting instance is held whole and status says why.
+    std::thread::sleep(Duration::from_secs(5));
+    settled(2);
+    assert_eq!(ns.get_json("podgroup", "gang-prefill-0").unwrap()["spec"]["schedulingPolicy"]["gang"]["minCount"], 2);
+    let progressing = common::condition(&ns.get_json("pdd", "gang").unwrap(), "Progressing").unwrap();
+    assert_eq!(progressing["reason"], "InstancesUnschedulable", "{progressing}");
+    assert!(progressing["message"].as_str().unwrap().contains("cannot be scheduled: "), "{progressing}");
+    // A fourth node: the waiting instance binds whole.
+    nodes.grow(&ns, "a");
+    settled(4);
+
+    // The same without gang scheduling binds pods one by one: three of four, an instance split.
+    assert!(cluster().kubectl(&["delete", "pdd", "gang", "-n", &ns.name, "--wait=true"]).status.success());
+    wait_for(WAIT, "the pods to go", || pods(&ns, "gang").and_then(|p| p.is_empty().then_some(()).ok_or(format!("{} pods", p.len()))));
+    let _ = cluster().kubectl(&["delete", "node", &nodes.names.pop().unwrap()]);
+    assert!(ns.apply(&placed(&ns, "{gang: none}", 1, 1)).status.success());
+    wait_for(WAIT, "three pods bound, one instance split", || {
+        let b = bindings(&ns)?;
+        let bound: usize = b.values().map(|n| n.iter().filter(|n| !n.is_empty()).count()).sum();
+        let split = b.values().any(|n| n.iter().any(|n| n.is_empty()) && n.iter().any(|n| !n.is_empty()));
+        (bound == 3 && split).then_some(()).ok_or_else(|| format!("{b:?}"))
+    });
+}
+
+#[test]
+fn each_instance_lands_within_one_rack() {
+    let ns = TestNamespace::new("rack");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let _nodes = TestNodes::add(&ns, &["a", "b", "a", "b"]);
+    assert!(ns.apply(&placed(&ns, "{topologyKey: rack}", 2, 0)).status.success());
+    let racks: BTreeMap<String, String> = (0..4).map(|i| (format!("{}-n{i}", ns.name), ["a", "b", "a", "b"][i].to_owned())).collect();
+    wait_for(WAIT, "both prefill instances bound, each within one rack", || {
+        let b = bindings(&ns)?;
+        let ok = b.len() == 2
+            && b.values().all(|nodes| {
+                let r: BTreeSet<Option<&String>> = nodes.iter().map(|n| racks.get(n)).collect();
+                r.len() == 1 && !r.contains(&None)
+            });
+        ok.then_some(()).ok_or_else(|| format!("{b:?}"))
+    });
+}
+
 fn rollout_spec(mem: &str) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n"

@@ -11,7 +11,12 @@ fn rendered(example: &str) -> Rendered {
     let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
     let pdd: &PDDeployment = &loaded.deployments[0].object;
     let facts = model::resolve(&pdd.spec.model, None);
-    render::render(pdd, &facts, &RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ml".into() }).unwrap()
+    render::render(
+        pdd,
+        &facts,
+        &RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ml".into(), workload_api: false },
+    )
+    .unwrap()
 }
 
 fn argv_of(r: &Rendered, pod: &str) -> String {

@@ -17,6 +17,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -134,6 +135,8 @@ pub struct ChildStores {
     roles: Store<Role>,
     role_bindings: Store<RoleBinding>,
     network_policies: Store<NetworkPolicy>,
+    /// Only where the cluster serves Kubernetes' gang scheduling API.
+    pod_groups: Option<Store<PodGroup>>,
 }
 
 impl ChildStores {
@@ -151,7 +154,13 @@ impl ChildStores {
             self.role_bindings.wait_until_ready(),
             self.network_policies.wait_until_ready(),
         );
-        futures::future::try_join(waits, rbac).await.map(|_| ()).map_err(|_| Error::CacheClosed)
+        let gangs = async {
+            match &self.pod_groups {
+                Some(store) => store.wait_until_ready().await,
+                None => Ok(()),
+            }
+        };
+        futures::future::try_join3(waits, rbac, gangs).await.map(|_| ()).map_err(|_| Error::CacheClosed)
     }
 
     /// The watchdog's check of every child cache against a metadata list of the same scope and
@@ -173,7 +182,11 @@ impl ChildStores {
             watchdog::check(scoped(client, ns), sel, &self.role_bindings),
             watchdog::check(scoped(client, ns), sel, &self.network_policies),
         )?;
-        Ok(vec![
+        let groups = match &self.pod_groups {
+            Some(store) => Some(("podgroups", watchdog::check(scoped(client, ns), sel, store).await?)),
+            None => None,
+        };
+        Ok([
             ("pods", pods),
             ("services", services),
             ("configmaps", config_maps),
@@ -182,7 +195,10 @@ impl ChildStores {
             ("roles", roles),
             ("rolebindings", bindings),
             ("networkpolicies", policies),
-        ])
+        ]
+        .into_iter()
+        .chain(groups)
+        .collect())
     }
 }
 
@@ -429,6 +445,18 @@ fn watch_backoff() -> impl Backoff {
     watcher::ExponentialBackoff::from(retry)
 }
 
+/// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup in
+/// `scheduling.k8s.io/v1beta1`); read once per term, since it changes only with the cluster.
+async fn serves_pod_groups(client: &Client) -> bool {
+    match client.list_api_group_resources("scheduling.k8s.io/v1beta1").await {
+        Ok(list) => list.resources.iter().any(|r| r.name == "podgroups"),
+        Err(e) => {
+            info!(error = %e, "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none");
+            false
+        }
+    }
+}
+
 /// The merged trigger stream's backoff: none, since every watch already backs off on its own.
 struct NoSharedBackoff;
 
@@ -593,6 +621,14 @@ async fn reconcile_term(
     let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let workload_api = serves_pod_groups(client).await;
+    let (group_store, group_events) = match workload_api {
+        true => {
+            let (store, events) = cached(scoped::<PodGroup>(client, ns), managed.clone(), |_| {});
+            (Some(store), Some(events))
+        }
+        false => (None, None),
+    };
     let stores = ChildStores {
         pods: pod_store,
         services: service_store,
@@ -602,13 +638,15 @@ async fn reconcile_term(
         roles: role_store,
         role_bindings: binding_store,
         network_policies: policy_store,
+        pod_groups: group_store,
     };
     let (pdd_store, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
+    let settings = &Settings { render: RenderOptions { workload_api, ..settings.render.clone() }, ..settings.clone() };
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
     info!(namespace = ns.unwrap_or("<all>"), "controller started");
     let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
-    let controller = Controller::for_stream(pdd_events, pdd_store.clone())
+    let mut controller = Controller::for_stream(pdd_events, pdd_store.clone())
         .trigger_backoff(NoSharedBackoff)
         .owns_stream(pod_events)
         .owns_stream(service_events)
@@ -617,7 +655,11 @@ async fn reconcile_term(
         .owns_stream(account_events)
         .owns_stream(role_events)
         .owns_stream(binding_events)
-        .owns_stream(policy_events)
+        .owns_stream(policy_events);
+    if let Some(events) = group_events {
+        controller = controller.owns_stream(events);
+    }
+    let controller = controller
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(term.clone().cancelled_owned())

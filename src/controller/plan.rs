@@ -23,6 +23,8 @@ pub struct ObservedPod {
     pub ready: bool,
     /// The `pd.inference.dev/handshake` pod condition, when set.
     pub handshake: Option<GateCondition>,
+    /// The scheduler's reason, while the pod cannot be scheduled.
+    pub unschedulable: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +56,9 @@ impl ObservedPod {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
+            unschedulable: condition("PodScheduled")
+                .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+                .map(|c| c.message.clone().unwrap_or_default()),
             handshake: condition(crate::handshake::HANDSHAKE_CONDITION).map(|c| GateCondition {
                 passed: c.status == "True",
                 reason: c.reason.clone().unwrap_or_default(),
@@ -285,6 +290,7 @@ mod tests {
             deleting: false,
             ready: true,
             handshake: None,
+            unschedulable: None,
         }
     }
 

@@ -68,6 +68,13 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
     if let Err(e) = &config {
         problems.push(format!("spec.model.configMapRef: {e}"));
     }
+    if pdd.spec.placement.gang == crate::api::GangMode::Workload && !ctx.render.workload_api {
+        problems.push(
+            "spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API (PodGroup, \
+             scheduling.k8s.io/v1beta1) (fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"
+                .into(),
+        );
+    }
     Ok((facts, problems))
 }
 
@@ -146,7 +153,14 @@ impl<'a> Pass<'a> {
             ctx.sync_children(&stores.roles, ns, name, uid, &rendered.roles).await?;
             ctx.sync_children(&stores.role_bindings, ns, name, uid, &rendered.role_bindings).await
         };
-        let (_, _, _, _, _, routers) = futures::try_join!(
+        let gangs = async {
+            match &stores.pod_groups {
+                Some(store) => ctx.sync_children(store, ns, name, uid, &rendered.pod_groups).await.map(drop),
+                None => Ok(()),
+            }
+        };
+        let (_, _, _, _, _, _, routers) = futures::try_join!(
+            gangs,
             ctx.sync_children(&stores.services, ns, name, uid, &rendered.services),
             ctx.sync_children(&stores.config_maps, ns, name, uid, &rendered.config_maps),
             ctx.sync_children(&stores.service_accounts, ns, name, uid, &rendered.service_accounts),
@@ -347,6 +361,7 @@ mod tests {
             roles: store(applied(log, "roles")),
             role_bindings: store(applied(log, "rolebindings")),
             network_policies: store(applied(log, "networkpolicies")),
+            pod_groups: None,
         }
     }
 
@@ -362,7 +377,11 @@ mod tests {
     fn context(client: kube::Client, stores: ChildStores) -> Arc<Context> {
         let settings = crate::controller::Settings {
             admin_addr: "127.0.0.1:0".parse().unwrap(),
-            render: crate::render::RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ns".into() },
+            render: crate::render::RenderOptions {
+                operator_image: "pd-operator:test".into(),
+                default_namespace: "ns".into(),
+                workload_api: false,
+            },
             namespace: None,
             max_concurrent_reconciles: 1,
             resync: Duration::from_secs(300),

@@ -129,6 +129,13 @@ fn handshake(observed: &[ObservedPod]) -> (Option<bool>, String, String) {
     )
 }
 
+/// The first pod the scheduler cannot place, as `<role> instance <i> cannot be scheduled: <why>`.
+fn unschedulable(observed: &[ObservedPod]) -> Option<String> {
+    let p = observed.iter().find(|p| p.unschedulable.is_some() && !p.deleting)?;
+    let why = p.unschedulable.as_deref().unwrap_or_default();
+    Some(format!("{} instance {} cannot be scheduled: {why}", p.role.as_str(), p.instance))
+}
+
 /// Units present (the `/scale` status replicas): per role with instances in a unit, the instances
 /// that have pods not being deleted, divided by that role's instances per unit; the fewer.
 fn units(inputs: &StatusInputs) -> i32 {
@@ -144,8 +151,7 @@ fn units(inputs: &StatusInputs) -> i32 {
 
 /// The PDDeployment's engine pods as a label selector string.
 fn engine_selector(pdd: &PDDeployment) -> String {
-    let name = pdd.metadata.name.as_deref().unwrap_or_default();
-    format!("{}={name},{} in (decode,prefill)", render::LABEL_DEPLOYMENT, render::LABEL_ROLE)
+    render::engine_pods_string(pdd.metadata.name.as_deref().unwrap_or_default())
 }
 
 fn endpoints(pdd: &PDDeployment) -> Endpoints {
@@ -208,15 +214,14 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     } else if converged && !extra {
         cond(PROGRESSING, Some(false), "Complete", "every instance runs the current revision and is ready".into())
     } else {
-        cond(
-            PROGRESSING,
-            Some(true),
-            "InstancesUpdating",
-            format!(
-                "prefill {}/{} updated, {} ready; decode {}/{} updated, {} ready",
-                p.updated, p.replicas, p.ready, d.updated, d.replicas, d.ready
-            ),
-        )
+        let counts = format!(
+            "prefill {}/{} updated, {} ready; decode {}/{} updated, {} ready",
+            p.updated, p.replicas, p.ready, d.updated, d.replicas, d.ready
+        );
+        match unschedulable(inputs.observed) {
+            Some(why) => cond(PROGRESSING, Some(true), "InstancesUnschedulable", format!("{why}; {counts}")),
+            None => cond(PROGRESSING, Some(true), "InstancesUpdating", counts),
+        }
     });
     conditions.push(match &inputs.degraded {
         Some(why) => cond(DEGRADED, Some(true), "InstanceRecreated", why.clone()),
@@ -317,6 +322,7 @@ mod tests {
             deleting: false,
             ready: passed == Some(true),
             handshake: passed.map(|passed| GateCondition { passed, reason: String::new(), message: String::new(), rank_map: map }),
+            unschedulable: None,
         }
     }
 

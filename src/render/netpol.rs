@@ -14,10 +14,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_ROLE, common_labels, meta};
+use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_ROLE, common_labels, engine_pods, meta};
 use crate::api::{DEFAULT_HTTP_PORT, PDDeploymentSpec};
 
 /// `<name>-engines` and, with the router on, `<name>-router`; none when the spec turns them off.
@@ -26,7 +26,7 @@ pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &O
         return Vec::new();
     }
     let clients = clients(spec);
-    let engines = engines_of(name);
+    let engines = engine_pods(name);
     let mut ingress = vec![rule(vec![engines_peer(name)], None)];
     if spec.router.enabled {
         ingress.push(rule(vec![pods(router_of(name))], Some(DEFAULT_HTTP_PORT)));
@@ -84,19 +84,7 @@ fn pods(selector: LabelSelector) -> NetworkPolicyPeer {
 }
 
 fn engines_peer(name: &str) -> NetworkPolicyPeer {
-    pods(engines_of(name))
-}
-
-/// The prefill and decode pods of PDDeployment `name`.
-fn engines_of(name: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(BTreeMap::from([(LABEL_DEPLOYMENT.to_owned(), name.to_owned())])),
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: LABEL_ROLE.into(),
-            operator: "In".into(),
-            values: Some(vec!["prefill".into(), "decode".into()]),
-        }]),
-    }
+    pods(engine_pods(name))
 }
 
 fn router_of(name: &str) -> LabelSelector {
@@ -136,7 +124,7 @@ mod tests {
         let names: Vec<_> = ps.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["m-engines", "m-router"]);
         let engines = &ps[0];
-        assert_eq!(engines.spec.as_ref().unwrap().pod_selector, Some(engines_of("m")));
+        assert_eq!(engines.spec.as_ref().unwrap().pod_selector, Some(engine_pods("m")));
         assert_eq!(engines.spec.as_ref().unwrap().policy_types, Some(vec!["Ingress".to_owned()]), "egress stays open");
         let rules = ingress(engines);
         assert_eq!(rules.len(), 2, "{rules:?}");
@@ -145,7 +133,7 @@ mod tests {
         assert_eq!(rules[1].from, Some(vec![pods(router_of("m"))]));
         assert_eq!(port_of(&rules[1]), Some(i32::from(DEFAULT_HTTP_PORT)));
         // Another PDDeployment's engines are not peers.
-        assert_ne!(engines_of("m"), engines_of("other"));
+        assert_ne!(engine_pods("m"), engine_pods("other"));
     }
 
     #[test]
