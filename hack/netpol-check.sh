@@ -94,7 +94,7 @@ ready_unbroken() {
   ready=$(k -n "$NS" get pod server -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')
   failed=$(( $(probe_failures) - BASELINE ))
   log "  server Ready=$ready, readiness probe failures since the first policy: $failed"
-  [ "$ready" = True ] && [ "$failed" = 0 ] || { log "FAILED: the server's readiness probe failed under the policy"; exit 1; }
+  if [ "$ready" != True ] || [ "$failed" != 0 ]; then log "FAILED: the server's readiness probe failed under the policy"; exit 1; fi
 }
 
 log "1. no policy"
