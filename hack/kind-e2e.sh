@@ -58,6 +58,21 @@ t=$(date +%s)
 log "cluster up in $(( $(date +%s) - t ))s"
 "$KIND" load docker-image "$IMAGE" --name "$CLUSTER" >&2
 
+# NetworkPolicy is enforced (kube-router's firewall only; docs/kind.md "NetworkPolicy"), and in
+# place before anything else is installed. PD_KIND_NETPOL_CHECK=1 also proves it (hack/netpol-check.sh).
+install_netpol() {
+  local t image; t=$(date +%s)
+  image=$(hack/netpol-image.sh)
+  "$KIND" load docker-image "$image" --name "$CLUSTER" >&2
+  sed "s#image: pd-kube-router:.*#image: $image#" hack/kind/netpol.yaml | kubectl apply -f - >/dev/null
+  kubectl -n kube-system rollout status ds/kube-router --timeout=180s >/dev/null
+  log "NetworkPolicy enforcer $image ready in $(( $(date +%s) - t ))s"
+  if [ "${PD_KIND_NETPOL_CHECK:-0}" = 1 ]; then
+    hack/netpol-check.sh "$KIND" "$CLUSTER" "$TOOLS_BIN/kubectl" "$KUBECONFIG_FILE"
+  fi
+}
+install_netpol
+
 node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
 kubectl patch node "$node" --subresource=status --type=json \
   -p "[{\"op\":\"add\",\"path\":\"/status/capacity/nvidia.com~1gpu\",\"value\":\"$GPUS\"}]" >/dev/null
