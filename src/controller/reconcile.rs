@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -55,6 +55,13 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
     result
 }
 
+/// The nodes carrying `spec.placement.topologyKey` (none read without one).
+async fn topology_nodes(ctx: &Context, pdd: &PDDeployment) -> Result<Vec<Node>, Error> {
+    let Some(key) = pdd.spec.placement.topology_key.as_deref() else { return Ok(Vec::new()) };
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    Ok(nodes.list(&ListParams::default().labels(key)).await?.items)
+}
+
 /// Read the model's config (if referenced) and run the same rules as `validate` and the webhook;
 /// the errors found, as `field: text (fix: …)`.
 async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &str) -> Result<(ModelFacts, Vec<String>), Error> {
@@ -68,13 +75,11 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
     if let Err(e) = &config {
         problems.push(format!("spec.model.configMapRef: {e}"));
     }
-    if pdd.spec.placement.gang == crate::api::GangMode::Workload && !ctx.render.workload_api {
-        problems.push(
-            "spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API (PodGroup, \
-             scheduling.k8s.io/v1beta1) (fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"
-                .into(),
-        );
+    let placement = render::placement::judge(&pdd.spec, ctx.render.workload_api, &topology_nodes(ctx, pdd).await?);
+    for warning in placement.warnings {
+        ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", warning).await;
     }
+    problems.extend(placement.errors);
     Ok((facts, problems))
 }
 

@@ -2,14 +2,68 @@
 //! `scheduling.k8s.io/v1beta1`) and topology (every pod of an instance, and optionally every
 //! prefill and decode pod, within one domain of a node label).
 
-use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodAffinityTerm, PodSchedulingGroup, PodSpec, WeightedPodAffinityTerm};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Node, PodAffinity, PodAffinityTerm, PodSchedulingGroup, PodSpec, WeightedPodAffinityTerm};
 use k8s_openapi::api::scheduling::v1beta1::{
     GangSchedulingPolicy, PodGroup, PodGroupSchedulingConstraints, PodGroupSchedulingPolicy, PodGroupSpec, TopologyConstraint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
-use super::{LABEL_DEPLOYMENT, LABEL_INSTANCE, LABEL_ROLE, RenderOptions, common_labels, engine_pods, meta};
+use super::{GPU_RESOURCE, LABEL_DEPLOYMENT, LABEL_INSTANCE, LABEL_ROLE, RenderOptions, common_labels, engine_pods, meta};
 use crate::api::{Colocation, GangMode, PDDeploymentSpec, Role};
+
+/// What the cluster says about a placement: errors (the spec can never schedule) and warnings.
+#[derive(Debug, Default, PartialEq)]
+pub struct Verdict {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Judges `spec.placement` against the cluster: whether it serves gang scheduling, and the GPUs
+/// of each domain of `topologyKey` among `nodes` (the nodes carrying that label).
+pub fn judge(spec: &PDDeploymentSpec, workload_api: bool, nodes: &[Node]) -> Verdict {
+    let mut v = Verdict::default();
+    if spec.placement.gang == GangMode::Workload && !workload_api {
+        v.errors.push(
+            "spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API (PodGroup, \
+             scheduling.k8s.io/v1beta1) (fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"
+                .into(),
+        );
+    }
+    let Some(key) = spec.placement.topology_key.as_deref() else { return v };
+    let mut domains: BTreeMap<&str, u64> = BTreeMap::new();
+    for n in nodes {
+        if let Some(value) = n.metadata.labels.as_ref().and_then(|l| l.get(key)) {
+            *domains.entry(value).or_default() += gpus(n);
+        }
+    }
+    let Some((largest, most)) = domains.iter().max_by_key(|(_, g)| **g) else {
+        v.warnings.push(format!(
+            "spec.placement.topologyKey: no node carries the label {key:?}, so no engine pod can be scheduled (fix: label the nodes, or unset topologyKey)"
+        ));
+        return v;
+    };
+    let needed = |role: Role| spec.role(role).parallelism.gpus();
+    let colocated = spec.placement.colocate == Colocation::Required;
+    for role in [Role::Prefill, Role::Decode].into_iter().filter(|r| spec.instances(*r) > 0) {
+        let want = if colocated { needed(Role::Prefill) + needed(Role::Decode) } else { needed(role) };
+        if want > *most {
+            let what = if colocated { "a prefill and a decode instance together need" } else { "one instance needs" };
+            v.errors.push(format!(
+                "spec.{}: {what} {want} GPUs within one {key} domain, but the largest ({key}={largest}) has {most} \
+                 (fix: a smaller layout, a larger domain, or another topologyKey)",
+                role.as_str()
+            ));
+        }
+    }
+    v
+}
+
+fn gpus(n: &Node) -> u64 {
+    let allocatable = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    allocatable.and_then(|a| a.get(GPU_RESOURCE)).and_then(|q| q.0.parse().ok()).unwrap_or(0)
+}
 
 /// Whether multi-node instances are scheduled as gangs.
 pub fn gangs(spec: &PDDeploymentSpec, opts: &RenderOptions) -> bool {
@@ -96,4 +150,67 @@ fn term(key: &str, selector: LabelSelector) -> PodAffinityTerm {
 fn instance_pods(name: &str, role: Role, instance: u32) -> LabelSelector {
     let labels = [(LABEL_DEPLOYMENT, name.to_owned()), (LABEL_ROLE, role.as_str().to_owned()), (LABEL_INSTANCE, instance.to_string())];
     LabelSelector { match_labels: Some(labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()), ..Default::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(placement: serde_json::Value, tp: u32) -> PDDeploymentSpec {
+        let role = serde_json::json!({"parallelism": {"tp": tp}});
+        serde_json::from_value(serde_json::json!({"model": {"path": "m"}, "prefill": role, "decode": role, "placement": placement}))
+            .unwrap()
+    }
+
+    fn node(rack: &str, gpus: u32) -> Node {
+        serde_json::from_value(serde_json::json!({"metadata": {"labels": {"rack": rack}},
+            "status": {"allocatable": {GPU_RESOURCE: gpus.to_string()}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_instance_larger_than_every_domain_can_never_schedule() {
+        let racks = [node("a", 8), node("a", 8), node("b", 8)];
+        assert_eq!(judge(&spec(serde_json::json!({"topologyKey": "rack"}), 16), false, &racks), Verdict::default());
+        let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 32), false, &racks);
+        assert_eq!(v.errors.len(), 2, "{v:?}");
+        assert!(
+            v.errors[0].starts_with("spec.prefill: one instance needs 32 GPUs within one rack domain, but the largest (rack=a) has 16")
+        );
+        // Required colocation needs a prefill and a decode instance in one domain.
+        let v = judge(&spec(serde_json::json!({"topologyKey": "rack", "colocate": "required"}), 16), false, &racks);
+        assert!(v.errors.iter().all(|e| e.contains("a prefill and a decode instance together need 32 GPUs")), "{v:?}");
+    }
+
+    #[test]
+    fn no_node_with_the_label_is_a_warning_and_a_missing_gang_api_an_error() {
+        let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 8), true, &[]);
+        assert!(v.errors.is_empty() && v.warnings[0].contains("no node carries the label \"rack\""), "{v:?}");
+        let v = judge(&spec(serde_json::json!({"gang": "workload"}), 8), false, &[]);
+        assert!(v.errors[0].contains("does not serve Kubernetes' gang scheduling API"), "{v:?}");
+        assert_eq!(judge(&spec(serde_json::json!({"gang": "workload"}), 8), true, &[]), Verdict::default());
+    }
+
+    #[test]
+    fn gangs_only_for_multi_node_instances_and_topology_without_a_gang_is_pod_affinity() {
+        let mut s = spec(serde_json::json!({"topologyKey": "rack"}), 16);
+        s.prefill.gpus_per_node = 8;
+        s.decode.gpus_per_node = 16;
+        let opts = RenderOptions { workload_api: true, ..RenderOptions::default() };
+        let groups = pod_groups(&s, "m", "ns", &None, &opts);
+        assert_eq!(groups.iter().map(|g| g.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["m-prefill-0"]);
+        assert_eq!(groups[0].spec.scheduling_policy.gang.as_ref().unwrap().min_count, 2);
+        let mut pod = PodSpec::default();
+        place(&s, "m", Role::Prefill, 0, &opts, &mut pod);
+        assert_eq!(pod.scheduling_group.unwrap().pod_group_name.as_deref(), Some("m-prefill-0"));
+        assert!(pod.affinity.is_none_or(|a| a.pod_affinity.unwrap().required_during_scheduling_ignored_during_execution.is_none()));
+        // A single-node instance needs no gang; its topology term is pod affinity to its own pods.
+        let mut pod = PodSpec::default();
+        place(&s, "m", Role::Decode, 0, &opts, &mut pod);
+        assert!(pod.scheduling_group.is_none());
+        let required = pod.affinity.unwrap().pod_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap();
+        assert_eq!(required[0].topology_key, "rack");
+        // Without the API, `auto` renders no gang at all.
+        assert!(pod_groups(&s, "m", "ns", &None, &RenderOptions::default()).is_empty());
+    }
 }
