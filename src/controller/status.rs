@@ -129,6 +129,25 @@ fn handshake(observed: &[ObservedPod]) -> (Option<bool>, String, String) {
     )
 }
 
+fn lost_reason(role: Role) -> &'static str {
+    match role {
+        Role::Prefill => "NoPrefillReady",
+        Role::Decode => "NoDecodeReady",
+    }
+}
+
+/// A role that served and now has no ready instance (while it should have some): it stays lost
+/// until one is ready again. A role that never served yet is coming up, not lost.
+fn role_lost(previous: Option<&PDDeploymentStatus>, role: Role, c: &RoleCount) -> bool {
+    let Some(previous) = previous else { return false };
+    let served = match role {
+        Role::Prefill => previous.prefill.ready_replicas > 0,
+        Role::Decode => previous.decode.ready_replicas > 0,
+    };
+    let still = previous.conditions.iter().any(|x| x.type_ == DEGRADED && x.status == "True" && x.reason == lost_reason(role));
+    c.replicas > 0 && c.ready == 0 && (served || still)
+}
+
 /// The first pod the scheduler cannot place, as `<role> instance <i> cannot be scheduled: <why>`.
 fn unschedulable(observed: &[ObservedPod]) -> Option<String> {
     let p = observed.iter().find(|p| p.unschedulable.is_some() && !p.deleting)?;
@@ -204,30 +223,8 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     conditions.push(cond(DECODE_AVAILABLE, da, dr, dm));
     let (ha, hr, hm) = handshake(inputs.observed);
     conditions.push(cond(HANDSHAKE_READY, ha, &hr, hm));
-    let converged = [&p, &d].iter().all(|c| c.updated >= c.replicas - c.kept && c.ready == c.replicas);
-    let extra = inputs.observed.iter().any(|o| {
-        let replicas = if o.role == Role::Prefill { p.replicas } else { d.replicas };
-        o.instance as i32 >= replicas
-    });
-    conditions.push(if !valid {
-        cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into())
-    } else if converged && !extra {
-        cond(PROGRESSING, Some(false), "Complete", "every instance runs the current revision and is ready".into())
-    } else {
-        let counts = format!(
-            "prefill {}/{} updated, {} ready; decode {}/{} updated, {} ready",
-            p.updated, p.replicas, p.ready, d.updated, d.replicas, d.ready
-        );
-        match unschedulable(inputs.observed) {
-            Some(why) => cond(PROGRESSING, Some(true), "InstancesUnschedulable", format!("{why}; {counts}")),
-            None => cond(PROGRESSING, Some(true), "InstancesUpdating", counts),
-        }
-    });
-    conditions.push(match &inputs.degraded {
-        Some(why) => cond(DEGRADED, Some(true), "InstanceRecreated", why.clone()),
-        None if !valid => cond(DEGRADED, Some(true), "InvalidSpec", "the spec is invalid; see the Validated condition".into()),
-        None => cond(DEGRADED, Some(false), "AsExpected", "no instance is failing".into()),
-    });
+    conditions.push(progressing(inputs, valid, &p, &d));
+    conditions.push(degraded(inputs, valid, &p, &d));
     let router_ok = inputs.router_ready.is_none_or(|r| r > 0);
     let all = valid && pa == Some(true) && da == Some(true) && ha == Some(true) && router_ok;
     let not_ready_because = if !valid {
@@ -263,6 +260,47 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         decode: role_status(&d),
         endpoints: valid.then(|| endpoints(pdd)),
         rank_map: rank_map(inputs),
+    }
+}
+
+/// `Progressing`: False once every instance runs the update revision (above each partition) and is
+/// ready, and no extra instance is left; True with the counts, or the scheduler's reason, before.
+fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount) -> Condition {
+    let converged = [p, d].iter().all(|c| c.updated >= c.replicas - c.kept && c.ready == c.replicas);
+    let extra = inputs.observed.iter().any(|o| {
+        let replicas = if o.role == Role::Prefill { p.replicas } else { d.replicas };
+        o.instance as i32 >= replicas
+    });
+    if !valid {
+        return cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into());
+    }
+    if converged && !extra {
+        return cond(PROGRESSING, Some(false), "Complete", "every instance runs the current revision and is ready".into());
+    }
+    let counts = format!(
+        "prefill {}/{} updated, {} ready; decode {}/{} updated, {} ready",
+        p.updated, p.replicas, p.ready, d.updated, d.replicas, d.ready
+    );
+    match unschedulable(inputs.observed) {
+        Some(why) => cond(PROGRESSING, Some(true), "InstancesUnschedulable", format!("{why}; {counts}")),
+        None => cond(PROGRESSING, Some(true), "InstancesUpdating", counts),
+    }
+}
+
+/// `Degraded`: a role that served has no ready instance, an instance is being recreated, or the
+/// spec is invalid.
+fn degraded(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount) -> Condition {
+    let lost = [(Role::Prefill, p), (Role::Decode, d)].into_iter().find(|(role, c)| role_lost(inputs.previous, *role, c));
+    match (&inputs.degraded, lost) {
+        (_, Some((role, _))) => cond(
+            DEGRADED,
+            Some(true),
+            lost_reason(role),
+            format!("no {} instance is ready: its partners have nobody to pair with until one is", role.as_str()),
+        ),
+        (Some(why), None) => cond(DEGRADED, Some(true), "InstanceRecreated", why.clone()),
+        (None, None) if !valid => cond(DEGRADED, Some(true), "InvalidSpec", "the spec is invalid; see the Validated condition".into()),
+        (None, None) => cond(DEGRADED, Some(false), "AsExpected", "no instance is failing".into()),
     }
 }
 
@@ -394,5 +432,27 @@ mod tests {
         // No sidecar report yet: the gate is unset, the pod not Ready, no Service routes to it.
         let unreported = [decode_pod(0, None, None), decode_pod(1, None, None)];
         assert_eq!(count(&StatusInputs { observed: &unreported, ..inputs }, Role::Decode).ready, 0);
+    }
+
+    #[test]
+    fn a_role_that_served_and_has_no_ready_instance_degrades_until_one_is_ready() {
+        let pdd = pdd();
+        let decodes = [decode_pod(0, Some(true), None), decode_pod(1, Some(true), None)];
+        let reason = |s: &PDDeploymentStatus| s.conditions.iter().find(|c| c.type_ == DEGRADED).map(|c| c.reason.clone()).unwrap();
+        // Coming up: no prefill ready yet, and never was: not degraded.
+        let first = compute(&one_pod_instances(&pdd, &decodes));
+        assert_eq!(reason(&first), "AsExpected");
+        // It served: the prefill was ready, now it is gone.
+        let served = PDDeploymentStatus { prefill: RoleStatus { ready_replicas: 1, ..Default::default() }, ..first };
+        let lost = compute(&StatusInputs { previous: Some(&served), ..one_pod_instances(&pdd, &decodes) });
+        assert_eq!(reason(&lost), "NoPrefillReady");
+        // Still none on the next pass (the previous status shows 0 ready): it stays degraded.
+        let again = compute(&StatusInputs { previous: Some(&lost), ..one_pod_instances(&pdd, &decodes) });
+        assert_eq!(reason(&again), "NoPrefillReady");
+        // A prefill is ready again: recovered.
+        let mut prefill = decode_pod(0, None, None);
+        (prefill.role, prefill.ready, prefill.name) = (Role::Prefill, true, "x-prefill-0-0".into());
+        let all = [decodes[0].clone(), decodes[1].clone(), prefill];
+        assert_eq!(reason(&compute(&StatusInputs { previous: Some(&again), ..one_pod_instances(&pdd, &all) })), "AsExpected");
     }
 }
