@@ -72,6 +72,8 @@ install_netpol() {
   fi
 }
 install_netpol
+PROBE_IMAGE=$(hack/probe-image.sh)
+"$KIND" load docker-image "$PROBE_IMAGE" --name "$CLUSTER" >&2
 
 node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
 kubectl patch node "$node" --subresource=status --type=json \
@@ -93,7 +95,7 @@ helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS"
 log "running tests/e2e_kind.rs against the cluster"
 t=$(date +%s)
 set +e
-PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" \
+PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
   PD_KIND_OPERATOR_IMAGE="$IMAGE" \
   cargo test --locked --test e2e_kind -- --ignored --test-threads 4 2>&1 | tee "$STATE/test.log" >&2
 rc=${PIPESTATUS[0]}

@@ -12,22 +12,10 @@
 set -euo pipefail
 KIND=$1 CLUSTER=$2 KUBECTL=$3 KCFG=$4
 NS=netpol-check
-PROBE_IMAGE=pd-netpol-probe:busybox-1.35.0-2
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/netpol
 log() { echo "[netpol-check $(date +%H:%M:%S)] $*" >&2; }
 k() { "$KUBECTL" --kubeconfig "$KCFG" "$@"; }
 
-# A static busybox (Debian's busybox-static) is the whole image: httpd to listen, nc to connect
-# (its wget segfaults in this static build).
-if ! docker image inspect "$PROBE_IMAGE" >/dev/null 2>&1; then
-  d="$CACHE/probe"; rm -rf "$d"; mkdir -p "$d/stage/bin" "$d/stage/www"
-  (cd "$d" && apt-get download busybox-static >/dev/null 2>&1) || { log "apt-get download busybox-static failed"; exit 1; }
-  dpkg-deb -x "$d"/busybox-static_*.deb "$d/x"
-  cp "$d/x/bin/busybox" "$d/stage/bin/"
-  for a in sh httpd nc grep sleep; do ln -s busybox "$d/stage/bin/$a"; done
-  echo ok >"$d/stage/www/index.html"
-  tar -C "$d/stage" -c . | docker import --change 'ENV PATH=/bin' - "$PROBE_IMAGE" >/dev/null
-fi
+PROBE_IMAGE=$("$(dirname "$0")/probe-image.sh")
 "$KIND" load docker-image "$PROBE_IMAGE" --name "$CLUSTER" >/dev/null 2>&1
 
 k delete namespace "$NS" --ignore-not-found --wait >/dev/null

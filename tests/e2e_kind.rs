@@ -90,11 +90,13 @@ fn sim_deployment_completes_the_handshake_and_decode_pods_turn_ready() {
     let name = "sim";
     let o = ns.apply(&sim_pdd(name, &[]));
     assert!(o.status.success(), "{}", text(&o));
-    let v = wait_for(WAIT, "HandshakeReady=True, Ready=True and status.rankMap", || {
+    let v = wait_for(WAIT, "HandshakeReady=True, Ready=True, both decodes ready and status.rankMap", || {
         let v = ns.get_json("pdd", name)?;
         let hs = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
         let ready = condition(&v, "Ready").ok_or_else(|| v["status"].to_string())?;
-        (hs["status"] == "True" && ready["status"] == "True" && v["status"]["rankMap"].as_array().is_some_and(|m| m.len() == 2))
+        // Ready needs only enough decode instances (replicas - maxUnavailable): wait for both.
+        let both = v["status"]["decode"]["readyReplicas"] == 2;
+        (hs["status"] == "True" && ready["status"] == "True" && both && v["status"]["rankMap"].as_array().is_some_and(|m| m.len() == 2))
             .then_some(v.clone())
             .ok_or_else(|| v["status"].to_string())
     });
@@ -158,4 +160,68 @@ fn a_page_size_mismatch_keeps_decode_pods_out_of_service_with_sglangs_message() 
         assert_eq!(v["status"]["decode"]["readyReplicas"].as_i64().unwrap_or(0), 0, "{}", v["status"]);
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Runs `script` in the stranger pod's shell; its output (empty when nothing answered).
+fn from_stranger(ns: &str, script: &str) -> String {
+    let o = cluster().kubectl(&["exec", "-n", ns, "stranger", "--", "sh", "-c", script]);
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether `ip:port` answers an HTTP request from the stranger (the reply's status line).
+fn http_from_stranger(ns: &str, ip: &str, port: u16, request: &str) -> Option<String> {
+    let out = from_stranger(ns, &format!("printf '{request}' | nc -w 3 {ip} {port}"));
+    out.lines().next().filter(|l| l.starts_with("HTTP/")).map(str::to_owned)
+}
+
+/// Whether a TCP connection from the stranger to `ip:port` succeeds.
+fn connects_from_stranger(ns: &str, ip: &str, port: u16) -> bool {
+    from_stranger(ns, &format!("nc -w 3 {ip} {port} </dev/null && echo connected")).contains("connected")
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn the_network_policy_keeps_other_pods_off_the_engines_while_the_pair_serves() {
+    let ns = TestNamespace::new("kind-netpol");
+    let name = "np";
+    assert!(ns.apply(&sim_pdd(name, &[])).status.success());
+    // The PDDeployment's own decodes pass the handshake and serve, under its NetworkPolicies.
+    wait_for(WAIT, "both decodes ready through the handshake", || {
+        let v = ns.get_json("pdd", name)?;
+        let hs = condition(&v, "HandshakeReady").map(|c| c["status"].clone()).unwrap_or_default();
+        (hs == "True" && v["status"]["decode"]["readyReplicas"] == 2).then_some(()).ok_or_else(|| v["status"].to_string())
+    });
+    assert!(ns.get_json("networkpolicy", &format!("{name}-engines")).is_ok());
+    let probe = std::env::var("PD_KIND_PROBE_IMAGE").expect("PD_KIND_PROBE_IMAGE: run through `make e2e-kind`");
+    let stranger = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranger"},
+        "spec": {"terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": probe, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}});
+    assert!(ns.apply(&stranger.to_string()).status.success());
+    wait_for(WAIT, "the stranger pod running", || {
+        let p = ns.get_json("pod", "stranger")?;
+        (p["status"]["phase"] == "Running").then_some(()).ok_or_else(|| p["status"].to_string())
+    });
+    let prefill = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role=prefill")).remove(0);
+    let (pod, ip) = (prefill["metadata"]["name"].as_str().unwrap().to_owned(), prefill["status"]["podIP"].as_str().unwrap().to_owned());
+    let logs = text(&cluster().kubectl(&["logs", "-n", &ns.name, &pod, "-c", "engine"]));
+    let rank_port: u16 = logs
+        .lines()
+        .find(|l| l.contains("rank serves KV"))
+        .and_then(|l| l.split("port=").nth(1))
+        .and_then(|p| p.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no rank port in the prefill's log:\n{logs}"));
+    let register = r#"PUT /route HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"#;
+    let health = r#"GET /health HTTP/1.0\r\n\r\n"#;
+    // Policy on: the bootstrap server, a rank port and the HTTP port are closed to other pods.
+    assert_eq!(http_from_stranger(&ns.name, &ip, 8998, register), None, "the stranger reached PUT /route");
+    assert!(!connects_from_stranger(&ns.name, &ip, rank_port), "the stranger reached rank port {rank_port}");
+    assert_eq!(http_from_stranger(&ns.name, &ip, 30000, health), None, "the stranger reached the engine's HTTP port");
+    // Policy off: the same requests get through (which is why it is on by default).
+    let off = r#"{"spec":{"networkPolicy":{"enabled":false}}}"#;
+    assert!(cluster().kubectl(&["patch", "pdd", name, "-n", &ns.name, "--type=merge", "-p", off]).status.success());
+    wait_for(WAIT, "the bootstrap server to answer the stranger", || {
+        http_from_stranger(&ns.name, &ip, 8998, register).ok_or_else(|| "no answer yet".to_owned())
+    });
+    assert!(connects_from_stranger(&ns.name, &ip, rank_port), "rank port {rank_port} still closed without the policy");
 }

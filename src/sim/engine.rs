@@ -85,6 +85,7 @@ async fn rank_servers(engine: &Arc<Engine>, t: &Topology, slots: &[RankSlot], si
                 _ = server.serve(listener) => {}
             }
         });
+        info!(?row, port, "rank serves KV");
         ports.push(port);
     }
     Ok(ports)
