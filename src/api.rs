@@ -571,6 +571,11 @@ pub struct RolloutSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub max_skew: i32,
+    /// Seconds an instance leaving (scale-down, rollout) stays out of the router's pool before its
+    /// pods are deleted, so requests in flight finish. 0: delete at once.
+    #[serde(default = "default_drain_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub drain_seconds: i32,
     #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
     pub prefill: RoleRollout,
     #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
@@ -579,8 +584,18 @@ pub struct RolloutSpec {
 
 impl Default for RolloutSpec {
     fn default() -> Self {
-        Self { max_unavailable: 1, max_skew: 0, prefill: RoleRollout::default(), decode: RoleRollout::default() }
+        Self {
+            max_unavailable: 1,
+            max_skew: 0,
+            drain_seconds: default_drain_seconds(),
+            prefill: RoleRollout::default(),
+            decode: RoleRollout::default(),
+        }
     }
+}
+
+fn default_drain_seconds() -> i32 {
+    30
 }
 
 /// One role's rollout settings. Not part of the role's revision: changing them rolls nothing.

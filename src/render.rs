@@ -32,6 +32,11 @@ pub const LABEL_ROLE: &str = "pd.inference.dev/role";
 pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
 pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
 pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
+/// `true` while an engine pod is in the router's pool; the controller sets it to `false` to drain
+/// an instance before its pods go (routers select on it).
+pub const LABEL_SERVING: &str = "pd.inference.dev/serving";
+/// When the controller started draining a pod (RFC 3339).
+pub const DRAINING_SINCE: &str = "pd.inference.dev/draining-since";
 /// The `LABEL_ROLE` value of router pods.
 pub const ROUTER_ROLE: &str = "router";
 pub const DIST_INIT_PORT: u16 = 5757;
@@ -643,6 +648,7 @@ impl PodSlot<'_> {
         labels.insert(LABEL_INSTANCE.into(), self.instance.to_string());
         labels.insert(LABEL_NODE_RANK.into(), self.node.to_string());
         labels.insert(LABEL_REVISION.into(), self.revision.into());
+        labels.insert(LABEL_SERVING.into(), "true".into());
         let pod_name = pod_name(self.name, self.role, self.instance, self.node);
         let mut metadata = meta(pod_name.clone(), self.ns, labels, self.owners);
         if !t.annotations.is_empty() {

@@ -161,7 +161,7 @@ fn losing_one_pod_recreates_the_whole_multi_node_instance() {
 
 fn scaled(replicas: u32) -> String {
     format!(
-        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: scale}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: {replicas}, parallelism: {{tp: 2}}}}\n  router: {{enabled: false}}\n"
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: scale}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: {replicas}, parallelism: {{tp: 2}}}}\n  router: {{enabled: false}}\n  rollout: {{drainSeconds: 3}}\n"
     )
 }
 
@@ -175,7 +175,14 @@ fn scaling_decode_from_four_to_two_removes_exactly_two_instances() {
         (n.len() == 4).then_some(()).ok_or_else(|| format!("{n:?}"))
     });
     let before = uids(&ns, "scale");
-    assert!(ns.apply(&scaled(2)).status.success());
+    assert!(ns.apply(&scaled(2).replace("drainSeconds: 3", "drainSeconds: 6")).status.success());
+    // They leave the router's pool first (serving=false) and stay for the drain period.
+    wait_for(WAIT, "decode instances 2 and 3 out of the pool, not yet deleted", || {
+        let draining = names(&ns, "pods", "pd.inference.dev/role=decode,pd.inference.dev/serving=false")?;
+        let want: BTreeSet<String> = ["scale-decode-2-0", "scale-decode-3-0"].map(String::from).into();
+        (draining == want).then_some(()).ok_or_else(|| format!("{draining:?}"))
+    });
+    assert!(pods(&ns, "scale").unwrap().iter().all(|p| p["metadata"]["deletionTimestamp"].is_null()), "deleted before draining");
     wait_for(WAIT, "decode instances 2 and 3 to be gone", || {
         let ps = pods(&ns, "scale")?;
         let left: BTreeSet<String> = ps
@@ -480,7 +487,7 @@ fn each_instance_lands_within_one_rack() {
 
 fn rollout_spec(mem: &str) -> String {
     format!(
-        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n"
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n  rollout: {{drainSeconds: 1}}\n"
     )
 }
 
@@ -504,7 +511,7 @@ fn a_decode_partition_canaries_the_new_revision_on_the_instances_above_it() {
     assert!(ns.apply(&rollout_spec("0.80")).status.success());
     wait_for(WAIT, "the first revision to be ready", || all_updated(&ns));
     let before = uids(&ns, "roll");
-    let canary = rollout_spec("0.85") + "  rollout: {decode: {partition: 2}}\n";
+    let canary = rollout_spec("0.85").replace("rollout: {drainSeconds: 1}", "rollout: {drainSeconds: 1, decode: {partition: 2}}");
     assert!(ns.apply(&canary).status.success());
     wait_for(Duration::from_secs(180), "prefill rolled, decode 2 only, rollout complete", || {
         let v = ns.get_json("pdd", "roll")?;

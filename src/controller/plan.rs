@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{Role, RolloutSpec};
-use crate::render::{InstancePods, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
+use crate::render::{DRAINING_SINCE, InstancePods, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct ObservedPod {
     pub handshake: Option<GateCondition>,
     /// The scheduler's reason, while the pod cannot be scheduled.
     pub unschedulable: Option<String>,
+    /// Since when the pod has been out of the router's pool, on its way out.
+    pub draining_since: Option<jiff::Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +58,7 @@ impl ObservedPod {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
+            draining_since: pod.metadata.annotations.as_ref().and_then(|a| a.get(DRAINING_SINCE)).and_then(|t| t.parse().ok()),
             unschedulable: condition("PodScheduled")
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_default()),
@@ -81,7 +84,7 @@ impl ObservedPod {
     /// decode pods (no Service routes to a pod that is not Ready), and for a decode whose
     /// sidecar reported a failure, not even a Ready that lags behind that report.
     pub fn serving(&self) -> bool {
-        self.ready && self.handshake.as_ref().is_none_or(|gate| gate.passed)
+        self.ready && self.handshake.as_ref().is_none_or(|gate| gate.passed) && self.draining_since.is_none()
     }
 }
 
@@ -103,11 +106,24 @@ pub struct InstanceDelete {
     pub why: String,
 }
 
+/// An instance to take out of the router's pool before it is deleted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceDrain {
+    pub role: Role,
+    pub instance: u32,
+    /// Its pods not draining yet.
+    pub pods: Vec<String>,
+    pub why: String,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// Pods to create, grouped by (role, instance).
     pub creates: Vec<(Role, u32, Vec<Pod>)>,
     pub deletes: Vec<InstanceDelete>,
+    pub drains: Vec<InstanceDrain>,
+    /// The soonest a draining instance may be deleted, when one is still draining.
+    pub drained_in: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -154,14 +170,16 @@ fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout:
     v
 }
 
-/// Plans one reconcile; `rollout` bounds how a spec change rolls through each role.
-pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec) -> Plan {
+/// Plans one reconcile at `now`; `rollout` bounds how a spec change rolls through each role and
+/// how long a leaving instance drains.
+pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timestamp) -> Plan {
     let prefill = view(Role::Prefill, desired, observed, rollout);
     let decode = view(Role::Decode, desired, observed, rollout);
     let max_skew = f64::from(rollout.max_skew.clamp(0, 100)) / 100.0;
+    let drain = Drain { period: jiff::SignedDuration::from_secs(i64::from(rollout.drain_seconds.max(0))), now };
     let mut out = Plan::default();
     for (role, v, other) in [(Role::Prefill, &prefill, &decode), (Role::Decode, &decode, &prefill)] {
-        RolePlan { role, v, other, max_skew, out: &mut out }.plan(rollout.max_unavailable(role));
+        RolePlan { role, v, other, max_skew, drain, out: &mut out }.plan(rollout.max_unavailable(role));
     }
     out
 }
@@ -173,7 +191,15 @@ struct RolePlan<'a> {
     other: &'a RoleView,
     /// How far (a fraction of instances) this role may run ahead of the other.
     max_skew: f64,
+    drain: Drain,
     out: &'a mut Plan,
+}
+
+/// How long a leaving instance stays out of the router's pool before its pods are deleted.
+#[derive(Clone, Copy)]
+struct Drain {
+    period: jiff::SignedDuration,
+    now: jiff::Timestamp,
 }
 
 impl RolePlan<'_> {
@@ -193,8 +219,29 @@ impl RolePlan<'_> {
     fn scale_down(&mut self) {
         let v = self.v;
         for (i, pods) in v.observed.iter().filter(|(i, _)| !v.desired.contains_key(i)) {
-            let live = pods.iter().filter(|p| !p.deleting).map(|p| p.name.clone()).collect();
-            self.delete(*i, live, DeleteReason::ScaleDown, format!("{} instance {i} is beyond replicas", self.role.as_str()));
+            self.retire(*i, pods, DeleteReason::ScaleDown, format!("{} instance {i} is beyond replicas", self.role.as_str()));
+        }
+    }
+
+    /// Takes a healthy instance out: first out of the router's pool, then, once it has drained
+    /// for the drain period, its pods (less those already terminating).
+    fn retire(&mut self, i: u32, pods: &[ObservedPod], reason: DeleteReason, why: String) {
+        let live: Vec<&ObservedPod> = pods.iter().filter(|p| !p.deleting).collect();
+        let undrained: Vec<String> = live.iter().filter(|p| p.draining_since.is_none()).map(|p| p.name.clone()).collect();
+        if live.is_empty() || self.drain.period.is_zero() {
+            return self.delete(i, live.iter().map(|p| p.name.clone()).collect(), reason, why);
+        }
+        if !undrained.is_empty() {
+            self.out.drains.push(InstanceDrain { role: self.role, instance: i, pods: undrained, why });
+            return;
+        }
+        let since = live.iter().filter_map(|p| p.draining_since).max().unwrap_or(self.drain.now);
+        let left = self.drain.period - self.drain.now.duration_since(since);
+        if left.is_positive() {
+            let left = std::time::Duration::try_from(left).unwrap_or_default();
+            self.out.drained_in = Some(self.out.drained_in.map_or(left, |d| d.min(left)));
+        } else {
+            self.delete(i, live.iter().map(|p| p.name.clone()).collect(), reason, why);
         }
     }
 
@@ -238,16 +285,22 @@ impl RolePlan<'_> {
     }
 
     /// Replaces up to `budget` outdated instances, never the last ready one of a role with several.
+    /// An instance already draining goes on (its absence is already counted).
     fn roll(&mut self, outdated: Vec<u32>, mut budget: u32) {
         let v = self.v;
         let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count();
         for i in outdated {
+            let pods = &v.observed[&i];
+            let why = format!("{} instance {i} runs an old revision (want {})", self.role.as_str(), v.revision);
+            if pods.iter().any(|p| p.draining_since.is_some()) {
+                self.retire(i, pods, DeleteReason::Rollout, why);
+                continue;
+            }
             let is_ready = v.instance_ready(i);
             if budget == 0 || (is_ready && ready <= 1 && v.desired.len() > 1) {
-                break;
+                continue;
             }
-            let why = format!("{} instance {i} runs an old revision (want {})", self.role.as_str(), v.revision);
-            self.delete(i, v.observed[&i].iter().map(|p| p.name.clone()).collect(), DeleteReason::Rollout, why);
+            self.retire(i, pods, DeleteReason::Rollout, why);
             budget -= 1;
             ready -= usize::from(is_ready);
         }
@@ -291,6 +344,7 @@ mod tests {
             ready: true,
             handshake: None,
             unschedulable: None,
+            draining_since: None,
         }
     }
 
@@ -302,8 +356,13 @@ mod tests {
         (desired, observed)
     }
 
+    /// No drain period: leaving instances are deleted at once.
     fn unavailable(n: i32) -> RolloutSpec {
-        RolloutSpec { max_unavailable: n, ..RolloutSpec::default() }
+        RolloutSpec { max_unavailable: n, drain_seconds: 0, ..RolloutSpec::default() }
+    }
+
+    fn now() -> jiff::Timestamp {
+        "2026-12-01T00:00:00Z".parse().unwrap()
     }
 
     fn deletes(plan: &Plan) -> Vec<(Role, u32, DeleteReason)> {
@@ -320,13 +379,13 @@ mod tests {
     #[test]
     fn a_steady_state_plans_nothing() {
         let (desired, observed) = steady(2, 2, "r1");
-        assert_eq!(plan(&desired, &observed, &unavailable(1)), Plan::default());
+        assert_eq!(plan(&desired, &observed, &unavailable(1), now()), Plan::default());
     }
 
     #[test]
     fn missing_instances_are_created_whole() {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
-        let p = plan(&desired, &[], &unavailable(1));
+        let p = plan(&desired, &[], &unavailable(1), now());
         let created: Vec<(Role, u32, usize)> = p.creates.iter().map(|(r, i, pods)| (*r, *i, pods.len())).collect();
         assert_eq!(created, vec![(Role::Prefill, 0, 2), (Role::Decode, 0, 1)]);
         assert!(p.deletes.is_empty());
@@ -339,7 +398,7 @@ mod tests {
         let mut leaving = have(Role::Decode, 3, 0, "r1");
         leaving.deleting = true;
         observed.push(leaving);
-        let p = plan(&desired, &observed, &unavailable(1));
+        let p = plan(&desired, &observed, &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Decode, 2, DeleteReason::ScaleDown), (Role::Decode, 3, DeleteReason::ScaleDown)]);
         assert_eq!(p.deletes[0].pods, vec!["decode-2-0".to_owned()]);
         assert!(p.deletes[1].pods.is_empty(), "a pod already terminating is not deleted again");
@@ -350,12 +409,12 @@ mod tests {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let mut failed = have(Role::Prefill, 0, 1, "r1");
         failed.phase = "Failed".into();
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1));
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert_eq!(p.deletes[0].pods.len(), 2, "both ranks go: a multi-node engine cannot survive a lost rank");
         assert!(p.deletes[0].why.contains("prefill-0-1 is Failed"), "{}", p.deletes[0].why);
         // Node 1 vanished: same.
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1));
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert!(p.deletes[0].why.contains("prefill-0-1 disappeared"), "{}", p.deletes[0].why);
     }
@@ -364,7 +423,7 @@ mod tests {
     fn an_instance_still_terminating_is_left_alone() {
         let (desired, mut observed) = steady(1, 1, "r1");
         observed[0].deleting = true;
-        assert_eq!(plan(&desired, &observed, &unavailable(1)), Plan::default());
+        assert_eq!(plan(&desired, &observed, &unavailable(1), now()), Plan::default());
     }
 
     #[test]
@@ -372,17 +431,17 @@ mod tests {
         let (mut desired, observed) = steady(3, 3, "r1");
         roll(&mut desired, Role::Prefill, "r2");
         roll(&mut desired, Role::Decode, "r2");
-        let p = plan(&desired, &observed, &unavailable(1));
+        let p = plan(&desired, &observed, &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Rollout), (Role::Decode, 0, DeleteReason::Rollout)]);
-        let p = plan(&desired, &observed, &unavailable(2));
+        let p = plan(&desired, &observed, &unavailable(2), now());
         assert_eq!(p.deletes.len(), 4, "two per role: {:?}", deletes(&p));
         // An instance that is down already uses the budget: nothing more goes.
         let mut starting = observed.clone();
         starting[0].ready = false;
         assert!(
-            !plan(&desired, &starting, &unavailable(1)).deletes.iter().any(|d| d.role == Role::Prefill),
+            !plan(&desired, &starting, &unavailable(1), now()).deletes.iter().any(|d| d.role == Role::Prefill),
             "{:?}",
-            deletes(&plan(&desired, &starting, &unavailable(1)))
+            deletes(&plan(&desired, &starting, &unavailable(1), now()))
         );
     }
 
@@ -393,7 +452,7 @@ mod tests {
         roll(&mut desired, Role::Prefill, "r2");
         observed[1].ready = false; // decode 0 not ready: decode 1 is the last ready one
         // The budget (3, less the one down) would allow both: the guard stops at the last ready one.
-        let p = plan(&desired, &observed, &unavailable(3));
+        let p = plan(&desired, &observed, &unavailable(3), now());
         let decode: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Decode).map(|d| d.instance).collect();
         assert_eq!(decode, vec![0], "only the unready outdated instance goes");
         // A role with a single instance may roll it.
@@ -407,7 +466,7 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         // Prefill 0 is on r2 already; decode has not started: prefill waits, decode goes.
         observed[0].revision = "r2".into();
-        let p = plan(&desired, &observed, &unavailable(1));
+        let p = plan(&desired, &observed, &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Decode, 0, DeleteReason::Rollout)]);
     }
 
@@ -418,13 +477,13 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         let mut rollout = unavailable(3);
         rollout.prefill.partition = 2;
-        let p = plan(&desired, &observed, &rollout);
+        let p = plan(&desired, &observed, &rollout, now());
         let prefill: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Prefill).map(|d| d.instance).collect();
         assert_eq!(prefill, vec![2], "only prefill 2 is at or above the partition");
         // Prefill 2 done: its rollout is complete, and the decode rolls on without waiting for 0 and 1.
         let mut done = observed.clone();
         done[2].revision = "r2".into();
-        let p = plan(&desired, &done, &rollout);
+        let p = plan(&desired, &done, &rollout, now());
         assert!(p.deletes.iter().all(|d| d.role == Role::Decode), "{:?}", deletes(&p));
         assert!(!p.deletes.is_empty());
     }
@@ -437,7 +496,7 @@ mod tests {
         observed[0].revision = "r2".into(); // prefill 1/4 ahead of decode 0/4
         let prefill_goes = |skew: i32| {
             let rollout = RolloutSpec { max_skew: skew, ..unavailable(1) };
-            plan(&desired, &observed, &rollout).deletes.iter().any(|d| d.role == Role::Prefill)
+            plan(&desired, &observed, &rollout, now()).deletes.iter().any(|d| d.role == Role::Prefill)
         };
         assert!(!prefill_goes(0), "in step: prefill waits for decode");
         assert!(!prefill_goes(20), "25% ahead is more than 20%");
@@ -451,8 +510,46 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         let mut rollout = unavailable(1);
         rollout.decode.max_unavailable = Some(3);
-        let p = plan(&desired, &observed, &rollout);
+        let p = plan(&desired, &observed, &rollout, now());
         let count = |role| p.deletes.iter().filter(|d| d.role == role).count();
         assert_eq!((count(Role::Prefill), count(Role::Decode)), (1, 2), "decode takes 3 but keeps its last ready instance");
+    }
+
+    #[test]
+    fn a_leaving_instance_drains_for_the_period_before_its_pods_go() {
+        let (desired, mut observed) = steady(1, 1, "r1");
+        observed.push(have(Role::Decode, 1, 0, "r1"));
+        let rollout = RolloutSpec { drain_seconds: 30, ..unavailable(1) };
+        // First: out of the pool, nothing deleted yet.
+        let p = plan(&desired, &observed, &rollout, now());
+        assert!(p.deletes.is_empty(), "{:?}", deletes(&p));
+        assert_eq!(
+            p.drains.iter().map(|d| (d.role, d.instance, d.pods.clone())).collect::<Vec<_>>(),
+            [(Role::Decode, 1, vec!["decode-1-0".to_owned()])]
+        );
+        // Draining for 10 s: wait 20 s more.
+        observed[2].draining_since = Some(now() - jiff::SignedDuration::from_secs(10));
+        let p = plan(&desired, &observed, &rollout, now());
+        assert!(p.deletes.is_empty() && p.drains.is_empty());
+        assert_eq!(p.drained_in, Some(std::time::Duration::from_secs(20)));
+        // 30 s: deleted.
+        observed[2].draining_since = Some(now() - jiff::SignedDuration::from_secs(30));
+        let p = plan(&desired, &observed, &rollout, now());
+        assert_eq!(deletes(&p), vec![(Role::Decode, 1, DeleteReason::ScaleDown)]);
+    }
+
+    #[test]
+    fn a_draining_instance_is_not_serving_and_uses_the_rollout_budget() {
+        let (mut desired, mut observed) = steady(2, 1, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        observed[2].revision = "r2".into(); // decode done: prefill may go
+        let rollout = RolloutSpec { drain_seconds: 30, ..unavailable(1) };
+        let p = plan(&desired, &observed, &rollout, now());
+        assert_eq!(p.drains.len(), 1, "one prefill drains first: {:?}", p.drains);
+        observed[0].draining_since = Some(now());
+        assert!(!observed[0].serving(), "a draining pod is out of the pool");
+        let p = plan(&desired, &observed, &rollout, now());
+        assert!(p.drains.is_empty(), "the budget of 1 is taken by the draining instance: {:?}", p.drains);
     }
 }

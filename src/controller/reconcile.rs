@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -45,7 +45,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         }
         let rendered = render::render(pdd, &facts, &ctx.render)?;
         let router_ready = pass.apply_support(&rendered).await?;
-        let plan = plan::plan(&rendered.instances, &pass.observed, &pdd.spec.rollout);
+        let plan = plan::plan(&rendered.instances, &pass.observed, &pdd.spec.rollout, jiff::Timestamp::now());
         let outcome = pass.apply_plan(&plan).await?;
         pass.report(router_ready, outcome).await
     }
@@ -184,13 +184,19 @@ impl<'a> Pass<'a> {
     /// Deletes what the plan retires (recreations under backoff), then creates every missing pod.
     async fn apply_plan(&self, plan: &Plan) -> Result<Outcome, Error> {
         let mut outcome = Outcome { requeue: self.ctx.resync, degraded: None };
+        for d in &plan.drains {
+            self.drain(d).await?;
+        }
+        if let Some(left) = plan.drained_in {
+            outcome.requeue = outcome.requeue.min(left + Duration::from_millis(200));
+        }
         for d in &plan.deletes {
             if self.announce_delete(d, &mut outcome).await {
                 self.delete_pods(&d.pods).await?;
             }
         }
         self.create_pods(plan).await?;
-        if !plan.creates.is_empty() || !plan.deletes.is_empty() {
+        if !plan.creates.is_empty() || !plan.deletes.is_empty() || !plan.drains.is_empty() {
             outcome.requeue = outcome.requeue.min(Duration::from_secs(2));
         }
         Ok(outcome)
@@ -218,6 +224,31 @@ impl<'a> Pass<'a> {
         let note = format!("{}: recreating {} instance {} (attempt {attempt})", d.why, d.role.as_str(), d.instance);
         ctx.event(pdd, EventType::Warning, "InstanceRecreated", "Recreate", note).await;
         true
+    }
+
+    /// Takes an instance out of the router's pool (`serving=false`) and notes when, so it is
+    /// deleted once the drain period has passed.
+    async fn drain(&self, d: &plan::InstanceDrain) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let now = jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {
+            "labels": {render::LABEL_SERVING: "false"},
+            "annotations": {render::DRAINING_SINCE: now},
+        }});
+        for pod in &d.pods {
+            self.ctx.metrics.write("patch", "pods");
+            match api
+                .patch(pod, &PatchParams { field_manager: Some(super::FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let note = format!("{}: out of the router's pool, deleted in {}s", d.why, self.pdd.spec.rollout.drain_seconds);
+        self.ctx.event(self.pdd, EventType::Normal, "InstanceDraining", "Drain", note).await;
+        Ok(())
     }
 
     async fn delete_pods(&self, pods: &[String]) -> Result<(), Error> {

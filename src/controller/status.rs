@@ -361,6 +361,7 @@ mod tests {
             ready: passed == Some(true),
             handshake: passed.map(|passed| GateCondition { passed, reason: String::new(), message: String::new(), rank_map: map }),
             unschedulable: None,
+            draining_since: None,
         }
     }
 
