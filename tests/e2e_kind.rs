@@ -344,24 +344,34 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
 
     // A prefill pod deleted under load: the requests it held may fail, no more than were in
     // flight; the operator replaces the instance, discovery follows, and traffic recovers.
-    let concurrency = 16;
+    let (concurrency, victim) = (16, format!("{name}-prefill-0-0"));
+    let old_uid = ns.get_json("pod", &victim).unwrap()["metadata"]["uid"].clone();
     let deleter = {
-        let ns_name = ns.name.clone();
+        let (ns_name, victim) = (ns.name.clone(), victim.clone());
+        let in_ns = ns_name.clone();
+        let phase = move |pod: &str| {
+            let o = cluster().kubectl(&["get", "pod", pod, "-n", &in_ns, "-o", "jsonpath={.status.phase}"]);
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
         std::thread::spawn(move || {
-            wait_for(WAIT, "the load generator running", || {
-                let o = cluster().kubectl(&["get", "pod", "chaos", "-n", &ns_name, "-o", "jsonpath={.status.phase}"]);
-                (String::from_utf8_lossy(&o.stdout) == "Running").then_some(()).ok_or_else(|| text(&o))
-            });
-            std::thread::sleep(Duration::from_secs(3));
-            let o = cluster().kubectl(&["delete", "pod", "traffic-prefill-0-0", "-n", &ns_name, "--wait=false"]);
+            wait_for(WAIT, "the load generator running", || (phase("chaos") == "Running").then_some(()).ok_or_else(|| phase("chaos")));
+            std::thread::sleep(Duration::from_secs(2));
+            let o = cluster().kubectl(&["delete", "pod", &victim, "-n", &ns_name, "--grace-period=0", "--force", "--wait=false"]);
             assert!(o.status.success(), "{}", text(&o));
+            // The deletion has to land while the load runs, or this part proves nothing.
+            phase("chaos")
         })
     };
-    let report = bench(&ns, "chaos", &target, 600, concurrency);
-    deleter.join().expect("the deleting thread");
+    let report = bench(&ns, "chaos", &target, 4000, concurrency);
+    let phase_after_delete = deleter.join().expect("the deleting thread");
+    assert_eq!(phase_after_delete, "Running", "the prefill pod was deleted after the load ended: {report}");
     let failed = report["failed"].as_u64().unwrap();
-    eprintln!("600 requests at concurrency {concurrency} with a prefill pod deleted: {report}");
+    eprintln!("4000 requests at concurrency {concurrency} with a prefill pod deleted under them: {report}");
     assert!(failed <= u64::from(concurrency), "{failed} failed, more than the {concurrency} in flight: {report}");
+    wait_for(WAIT, "the deleted prefill replaced by a new Ready pod", || {
+        let p = ns.get_json("pod", &victim)?;
+        (p["metadata"]["uid"] != old_uid && is_ready(&p)).then_some(()).ok_or_else(|| p["status"].to_string())
+    });
     wait_traffic_ready(&ns, name);
     let report = wait_for(WAIT, "traffic recovered: 100 requests, none failed", || {
         let _ = cluster().kubectl(&["delete", "pod", "after", "-n", &ns.name, "--wait=true"]);
