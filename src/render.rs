@@ -678,6 +678,8 @@ fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &st
 /// The annotation smg's Kubernetes discovery reads a prefill pod's bootstrap port from (fixed in
 /// smg 1.13.0; no flag renames it).
 pub const BOOTSTRAP_PORT_ANNOTATION: &str = "sglang.ai/bootstrap-port";
+/// Where the router serves Prometheus metrics (`smg_*`; smg's own default port, made explicit).
+pub const ROUTER_METRICS_PORT: u16 = 29000;
 /// What runs the router: SGLang's model gateway, for both engine types.
 const ROUTER_COMMAND: [&str; 3] = ["python3", "-m", "smg.launch_router"];
 
@@ -705,6 +707,7 @@ pub fn router_args(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Vec<String>
     args.push("--decode-selector".into());
     args.extend(discovery_selector(name, Role::Decode));
     args.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), r.port.to_string(), "--policy".into(), r.policy.to_string()]);
+    args.extend(["--prometheus-host".into(), "0.0.0.0".into(), "--prometheus-port".into(), ROUTER_METRICS_PORT.to_string()]);
     args.extend(r.extra_args.iter().cloned());
     args
 }
@@ -740,7 +743,7 @@ fn router_container(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Container 
         image_pull_policy: spec.engine.image_pull_policy.clone(),
         command: Some(ROUTER_COMMAND.map(String::from).into()),
         args: Some(router_args(spec, name, ns)),
-        ports: Some(vec![port("http", r.port)]),
+        ports: Some(vec![port("http", r.port), port("metrics", ROUTER_METRICS_PORT)]),
         readiness_probe: Some(http_probe("/health", "http", 5, 3)),
         resources: r.resources.clone(),
         security_context: Some(restricted_security_context()),

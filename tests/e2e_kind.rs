@@ -159,6 +159,19 @@ fn a_page_size_mismatch_keeps_decode_pods_out_of_service_with_sglangs_message() 
         assert_eq!(v["status"]["decode"]["readyReplicas"].as_i64().unwrap_or(0), 0, "{}", v["status"]);
         std::thread::sleep(Duration::from_millis(500));
     }
+    // smg's discovery routes Ready pods only: the prefill joins the router, the decodes (engines
+    // running, gate failing) do not, and a request finds no decode to go to.
+    let client = Client::start(&ns);
+    let router = format!("{name}-router");
+    wait_for(WAIT, "the router to discover the prefill", || {
+        let w = client.workers(&router)?;
+        (w.0 == 1).then_some(()).ok_or_else(|| format!("{w:?}"))
+    });
+    assert_eq!(client.workers(&router), Ok((1, 0)), "a decode that failed its handshake is routed");
+    let url = format!("http://{router}:{}/v1/chat/completions", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let (status, body) = client.post(&url, &chat_body(2, false));
+    assert_ne!(status, 200, "answered without a decode: {body}");
+    eprintln!("through the router with no Ready decode: {status} {body}");
 }
 
 /// The traffic deployment: two prefills and two decodes of two pods each (TP4 over 2 "GPUs" a
@@ -176,8 +189,9 @@ fn gateway_image() -> String {
 }
 
 /// One request from inside the cluster (the client pod runs the gateway image, which has Python):
-/// status and body; status 0 when the connection itself failed.
-const POST_SCRIPT: &str = "import json, sys, urllib.request, urllib.error\nreq = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': 'application/json'})\ntry:\n    with urllib.request.urlopen(req, timeout=60) as r:\n        print(json.dumps({'status': r.status, 'body': r.read().decode()}))\nexcept urllib.error.HTTPError as e:\n    print(json.dumps({'status': e.code, 'body': e.read().decode()}))\nexcept Exception as e:\n    print(json.dumps({'status': 0, 'body': repr(e)}))\n";
+/// a POST of the second argument, or a GET without one; status and body; status 0 when the
+/// connection itself failed.
+const POST_SCRIPT: &str = "import json, sys, urllib.request, urllib.error\nreq = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode() if len(sys.argv) > 2 else None, headers={'Content-Type': 'application/json'})\ntry:\n    with urllib.request.urlopen(req, timeout=60) as r:\n        print(json.dumps({'status': r.status, 'body': r.read().decode()}))\nexcept urllib.error.HTTPError as e:\n    print(json.dumps({'status': e.code, 'body': e.read().decode()}))\nexcept Exception as e:\n    print(json.dumps({'status': 0, 'body': repr(e)}))\n";
 
 struct Client<'a> {
     ns: &'a TestNamespace,
@@ -203,6 +217,16 @@ impl<'a> Client<'a> {
         let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, url, &body]);
         let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| json!({"status": 0, "body": text(&o)}));
         (v["status"].as_u64().unwrap_or(0), v["body"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// The router's worker list (`GET /workers`): how many prefill and decode workers it routes to.
+    fn workers(&self, router: &str) -> Result<(u64, u64), String> {
+        let url = format!("http://{router}:{}/workers", pd_operator::api::DEFAULT_ROUTER_PORT);
+        let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, &url]);
+        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
+        let w: Value = serde_json::from_str(v["body"].as_str().unwrap_or_default()).map_err(|e| format!("{e}: {v}"))?;
+        let count = |k: &str| w["stats"][k].as_u64().ok_or_else(|| w.to_string());
+        Ok((count("prefill_count")?, count("decode_count")?))
     }
 }
 
@@ -289,6 +313,38 @@ fn transfers_follow_the_rank_map(ns: &str, name: &str, rank_map: &[Value]) -> Ve
     per_instance
 }
 
+/// Discovery, not a restart: a third decode instance joins the same router pod once Ready, and
+/// the workers are instance leaders only (a two-pod decode is one worker).
+fn scale_decode_without_a_router_restart(ns: &TestNamespace, client: &Client, name: &str) {
+    let router = format!("{name}-router");
+    let selector = "pd.inference.dev/role=router";
+    let before: Vec<Value> = pods(&ns.name, selector).iter().map(|p| p["metadata"]["uid"].clone()).collect();
+    assert_eq!(client.workers(&router), Ok((2, 2)), "two prefill and two decode leaders");
+    let o = cluster().kubectl(&["patch", "pdd", name, "-n", &ns.name, "--type=merge", "-p", r#"{"spec":{"decode":{"replicas":3}}}"#]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_traffic_ready(ns, name, 3);
+    wait_for(WAIT, "the router routing to three decode instances", || {
+        let w = client.workers(&router)?;
+        (w == (2, 3)).then_some(()).ok_or_else(|| format!("{w:?}"))
+    });
+    let after: Vec<Value> = pods(&ns.name, selector).iter().map(|p| p["metadata"]["uid"].clone()).collect();
+    assert_eq!(before, after, "the router pod was replaced on scale");
+}
+
+/// The router's retries so far (`smg_worker_retries_total`, all labels), through the pod proxy.
+fn router_retries(ns: &str) -> f64 {
+    let router = pods(ns, "pd.inference.dev/role=router");
+    let pod = router[0]["metadata"]["name"].as_str().unwrap();
+    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:{}/proxy/metrics", pd_operator::render::ROUTER_METRICS_PORT);
+    let o = cluster().kubectl(&["get", "--raw", &path]);
+    assert!(o.status.success(), "router metrics: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("smg_worker_retries_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn sse_deltas(body: &str) -> usize {
     body.split("\n\n")
         .filter_map(|e| e.strip_prefix("data: "))
@@ -297,12 +353,12 @@ fn sse_deltas(body: &str) -> usize {
         .count()
 }
 
-fn wait_traffic_ready(ns: &TestNamespace, name: &str) -> Vec<Value> {
-    let v = wait_for(WAIT * 2, "Ready=True with a rank map for both decode instances", || {
+fn wait_traffic_ready(ns: &TestNamespace, name: &str, decodes: usize) -> Vec<Value> {
+    let v = wait_for(WAIT * 2, "Ready=True with a rank map for every decode instance", || {
         let v = ns.get_json("pdd", name)?;
         let ready = condition(&v, "Ready").is_some_and(|c| c["status"] == "True");
         let maps = v["status"]["rankMap"].as_array().map_or(0, Vec::len);
-        (ready && maps == 2).then_some(v.clone()).ok_or_else(|| v["status"].to_string())
+        (ready && maps == decodes).then_some(v.clone()).ok_or_else(|| v["status"].to_string())
     });
     wait_for(WAIT, "the router Deployment available", || {
         let d = ns.get_json("deployment", &format!("{name}-router"))?;
@@ -318,7 +374,7 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
     let name = "traffic";
     let o = ns.apply(&traffic_pdd(name));
     assert!(o.status.success(), "{}", text(&o));
-    let rank_map = wait_traffic_ready(&ns, name);
+    let rank_map = wait_traffic_ready(&ns, name, 2);
     let client = Client::start(&ns);
     let url = format!("http://{name}-router:{}/v1/chat/completions", pd_operator::api::DEFAULT_ROUTER_PORT);
     // smg finds the Ready leaders by discovery; the first answer may take a reconcile pass.
@@ -341,6 +397,7 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
     assert!(served.iter().all(|n| *n > 0), "round robin left a decode idle: {served:?}");
     assert!(served.iter().sum::<u64>() >= 202, "decodes served {served:?} of 202 requests");
     eprintln!("200 concurrent requests through smg: {report}; served per decode instance {served:?}");
+    scale_decode_without_a_router_restart(&ns, &client, name);
 
     // A prefill pod deleted under load: the requests it held may fail, no more than were in
     // flight; the operator replaces the instance, discovery follows, and traffic recovers.
@@ -362,17 +419,19 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
             phase("chaos")
         })
     };
+    let retries_before = router_retries(&ns.name);
     let report = bench(&ns, "chaos", &target, 4000, concurrency);
     let phase_after_delete = deleter.join().expect("the deleting thread");
+    let retries = router_retries(&ns.name) - retries_before;
     assert_eq!(phase_after_delete, "Running", "the prefill pod was deleted after the load ended: {report}");
     let failed = report["failed"].as_u64().unwrap();
-    eprintln!("4000 requests at concurrency {concurrency} with a prefill pod deleted under them: {report}");
+    eprintln!("4000 requests at concurrency {concurrency} with a prefill pod deleted under them: {report}; router retries {retries}");
     assert!(failed <= u64::from(concurrency), "{failed} failed, more than the {concurrency} in flight: {report}");
     wait_for(WAIT, "the deleted prefill replaced by a new Ready pod", || {
         let p = ns.get_json("pod", &victim)?;
         (p["metadata"]["uid"] != old_uid && is_ready(&p)).then_some(()).ok_or_else(|| p["status"].to_string())
     });
-    wait_traffic_ready(&ns, name);
+    wait_traffic_ready(&ns, name, 3);
     let report = wait_for(WAIT, "traffic recovered: 100 requests, none failed", || {
         let _ = cluster().kubectl(&["delete", "pod", "after", "-n", &ns.name, "--wait=true"]);
         let r = bench(&ns, "after", &target, 100, 10);

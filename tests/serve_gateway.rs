@@ -251,7 +251,7 @@ fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
     )
     .expect("a PDDeployment");
     let args = pd_operator::render::router_args(&pdd.spec, "dsv3", "ml");
-    let script = "import json, sys\nfrom smg.launch_router import parse_router_args\na = parse_router_args(sys.argv[1:])\nprint(json.dumps({k: getattr(a, k) for k in ['pd_disaggregation', 'service_discovery_namespace', 'service_discovery_port', 'prefill_selector', 'decode_selector', 'bootstrap_port_annotation', 'port', 'policy', 'prefill_urls', 'decode_urls']} | {'provider': a.selected_discovery_provider()}))";
+    let script = "import json, sys\nfrom smg.launch_router import parse_router_args\na = parse_router_args(sys.argv[1:])\nprint(json.dumps({k: getattr(a, k) for k in ['pd_disaggregation', 'service_discovery_namespace', 'service_discovery_port', 'prefill_selector', 'decode_selector', 'bootstrap_port_annotation', 'port', 'policy', 'prefill_urls', 'decode_urls', 'prometheus_host', 'prometheus_port']} | {'provider': a.selected_discovery_provider()}))";
     let o = Command::new(&py).arg("-c").arg(script).args(&args).output().expect("run smg's parser");
     assert!(o.status.success(), "smg refused {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     let got: Value = serde_json::from_slice(&o.stdout).expect("JSON");
@@ -264,6 +264,7 @@ fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
             "service_discovery_port": pd_operator::api::DEFAULT_HTTP_PORT, "prefill_selector": selector("prefill"),
             "decode_selector": selector("decode"), "bootstrap_port_annotation": pd_operator::render::BOOTSTRAP_PORT_ANNOTATION,
             "port": pd_operator::api::DEFAULT_ROUTER_PORT, "policy": "round_robin", "prefill_urls": [], "decode_urls": [],
+            "prometheus_host": "0.0.0.0", "prometheus_port": pd_operator::render::ROUTER_METRICS_PORT,
         })
     );
 }
