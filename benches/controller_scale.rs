@@ -252,7 +252,7 @@ async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
                 create_each(client, ns, r.roles).await;
                 create_each(client, ns, r.role_bindings).await;
             }
-            create_each(client, ns, r.pods).await;
+            create_each(client, ns, r.instances.into_iter().flat_map(|i| i.pods).collect()).await;
         }
     }))
     .await;

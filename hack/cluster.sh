@@ -113,12 +113,18 @@ up() {
   wait_for "etcd" 30 curl -sf "http://127.0.0.1:$ep/health" || { check_alive etcd; die "etcd not healthy"; }
   log "etcd up on :$ep"
 
+  # The aggregation layer (proxy client and request-header flags) serves the HPA test's own
+  # external metrics API; aggregator routing dials endpoint IPs, since nothing proxies ClusterIPs.
   start kube-apiserver kube-apiserver --etcd-servers="http://127.0.0.1:$ep" --bind-address=127.0.0.1 --secure-port="$ap" \
     --advertise-address=127.0.0.1 --endpoint-reconciler-type=none --allow-privileged=true \
     --tls-cert-file="$STATE/pki/admin.crt" --tls-private-key-file="$STATE/pki/admin.key" --client-ca-file="$STATE/pki/ca.crt" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$STATE/pki/sa.key" --service-account-signing-key-file="$STATE/pki/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=RBAC --enable-priority-and-fairness=false
+    --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=RBAC --enable-priority-and-fairness=false \
+    --proxy-client-cert-file="$STATE/pki/admin.crt" --proxy-client-key-file="$STATE/pki/admin.key" \
+    --requestheader-client-ca-file="$STATE/pki/ca.crt" --requestheader-allowed-names=pd-admin \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- --enable-aggregator-routing=true
   wait_for "kube-apiserver /readyz" 90 kubectl get --raw /readyz || { check_alive kube-apiserver; die "kube-apiserver not ready"; }
   log "kube-apiserver up on :$ap"
 
@@ -126,7 +132,8 @@ up() {
     --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics --leader-elect=false \
     --use-service-account-credentials=true --service-account-private-key-file="$STATE/pki/sa.key" \
     --root-ca-file="$STATE/pki/ca.crt" --cluster-signing-cert-file="$STATE/pki/ca.crt" --cluster-signing-key-file="$STATE/pki/ca.key" \
-    --node-monitor-period=5s --node-monitor-grace-period=40s --concurrent-gc-syncs=5
+    --node-monitor-period=5s --node-monitor-grace-period=40s --concurrent-gc-syncs=5 \
+    --horizontal-pod-autoscaler-sync-period=5s
   start kube-scheduler kube-scheduler --kubeconfig="$KUBECONFIG" --bind-address=127.0.0.1 --secure-port="$sp" \
     --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics --leader-elect=false
   wait_for "kube-controller-manager" 60 curl -skf "https://127.0.0.1:$kp/healthz" || { check_alive kube-controller-manager; die "kube-controller-manager not healthy"; }

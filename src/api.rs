@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount};
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -42,6 +43,7 @@ pub const DEFAULT_ROUTER_IMAGE: &str = "pd-operator-gateway:smg-1.13.0";
     category = "pd",
     namespaced,
     status = "PDDeploymentStatus",
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas", label_selector_path = ".status.selector"),
     derive = "PartialEq",
     printcolumn(name = "Prefill", type_ = "string", json_path = ".status.prefill.ready", description = "ready/desired prefill instances"),
     printcolumn(name = "Decode", type_ = "string", json_path = ".status.decode.ready", description = "ready/desired decode instances"),
@@ -51,6 +53,11 @@ pub const DEFAULT_ROUTER_IMAGE: &str = "pd-operator-gateway:smg-1.13.0";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PDDeploymentSpec {
+    /// How many times the declared prefill:decode unit runs: each role runs `replicas` times its
+    /// own `replicas` instances. The `/scale` subresource's replicas (`kubectl scale`, HPA, KEDA).
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
     /// Which engine runs the pods. `sim` runs pd-operator's GPU-free stand-in instead of SGLang.
     #[serde(default)]
     pub engine: EngineSpec,
@@ -69,6 +76,9 @@ pub struct PDDeploymentSpec {
     /// How spec changes roll through the instances.
     #[serde(default)]
     pub rollout: RolloutSpec,
+    /// Who may reach the engines and the router: NetworkPolicies the operator renders.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -126,7 +136,7 @@ pub struct ConfigMapKeyRef {
     pub key: String,
 }
 
-fn default_config_key() -> String {
+pub fn default_config_key() -> String {
     "config.json".into()
 }
 
@@ -283,7 +293,8 @@ flag_enum!(
 );
 
 /// The two engine roles of a PD deployment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     Prefill,
     Decode,
@@ -308,6 +319,12 @@ impl PDDeploymentSpec {
             Role::Prefill => &self.prefill,
             Role::Decode => &self.decode,
         }
+    }
+
+    /// Instances the role runs: its `replicas` per unit times the units (`spec.replicas`).
+    pub fn instances(&self, role: Role) -> u32 {
+        let per_unit = u32::try_from(self.role(role).replicas).unwrap_or(0);
+        per_unit.saturating_mul(u32::try_from(self.replicas).unwrap_or(0))
     }
 }
 
@@ -545,15 +562,90 @@ impl Default for RouterSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSpec {
-    /// Instances per role that may be down at once during a spec change.
+    /// Instances per role that may be down at once during a spec change (unless the role's own
+    /// `maxUnavailable` says otherwise).
     #[serde(default = "one_i32")]
     #[schemars(range(min = 1))]
     pub max_unavailable: i32,
+    /// How far, in percent of its instances, one role's rollout may run ahead of the other's.
+    /// 0 (the default): the roles take turns, so the prefill:decode mix of revisions stays even.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_skew: i32,
+    #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
+    pub prefill: RoleRollout,
+    #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
+    pub decode: RoleRollout,
 }
 
 impl Default for RolloutSpec {
     fn default() -> Self {
-        Self { max_unavailable: 1 }
+        Self { max_unavailable: 1, max_skew: 0, prefill: RoleRollout::default(), decode: RoleRollout::default() }
+    }
+}
+
+/// One role's rollout settings. Not part of the role's revision: changing them rolls nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRollout {
+    /// Overrides `rollout.maxUnavailable` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable: Option<i32>,
+    /// Instances with an index below this keep the revision they run (a canary: only instances
+    /// `partition` and up update). 0, the default: every instance updates. An instance below the
+    /// partition that has to be recreated comes back at the new revision.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub partition: i32,
+}
+
+impl RoleRollout {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl RolloutSpec {
+    pub fn role(&self, role: Role) -> &RoleRollout {
+        match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        }
+    }
+
+    /// Instances of `role` that may be down at once during a rollout (at least 1).
+    pub fn max_unavailable(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).max_unavailable.unwrap_or(self.max_unavailable)).unwrap_or(1).max(1)
+    }
+
+    /// Instances of `role` below this index are not updated.
+    pub fn partition(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).partition).unwrap_or(0)
+    }
+}
+
+/// SGLang's bootstrap server, rank ports and HTTP API take requests from anyone who can reach
+/// them (a `PUT /route` registers rank addresses a decode then pulls KV from). With this on, the
+/// engine pods accept traffic only from the PDDeployment's own engine pods (every port: bootstrap,
+/// ranks, distributed init) and on the HTTP port from its router; the router, or the engines'
+/// HTTP port when the router is disabled, from `clientsFrom`. Egress is left open.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Render the policies. Turn off only where the network plugin enforces no NetworkPolicy, or
+    /// where another tool owns them: the engines' ports are then open to the whole cluster.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Who may send requests (NetworkPolicy peers: podSelector, namespaceSelector, ipBlock).
+    /// Empty: every pod in the PDDeployment's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients_from: Vec<NetworkPolicyPeer>,
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        Self { enabled: true, clients_from: Vec::new() }
     }
 }
 
@@ -563,6 +655,15 @@ impl Default for RolloutSpec {
 pub struct PDDeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Units running at the desired revision and ready in both roles (the `/scale` subresource's
+    /// status replicas): the fewer of ready prefill and ready decode instances, each divided by
+    /// its per-unit count.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The engine pods, as a label selector string (the `/scale` subresource's selector: HPA
+    /// averages its pod metrics over these).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub selector: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default)]
@@ -584,6 +685,12 @@ pub struct RoleStatus {
     pub updated_replicas: i32,
     /// `ready/desired`, for `kubectl get`.
     pub ready: String,
+    /// The revision instances not yet updated run (the update revision once all run it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current_revision: String,
+    /// The revision the role's spec renders (`pd.inference.dev/revision` of new pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub update_revision: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]

@@ -252,14 +252,13 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 fn run_controller(args: ControllerArgs) -> ExitCode {
     let rt = match runtime() {
         Ok(rt) => rt,
-        Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
+        Err(e) => return runtime_error(format!("cannot start the async runtime: {e}")),
     };
     let code = rt.block_on(async move {
         let client = match kube::Client::try_default().await {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("error: cannot reach the Kubernetes API (KUBECONFIG or in-cluster config): {e}");
-                return ExitCode::from(2);
+                return runtime_error(format!("cannot reach the Kubernetes API (KUBECONFIG or in-cluster config): {e}"));
             }
         };
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
@@ -298,7 +297,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e, "controller failed");
-                ExitCode::from(1)
+                runtime_error(e)
             }
         }
     });
@@ -323,7 +322,7 @@ fn run_sidecar(args: RunArgs) -> ExitCode {
     let cfg = SidecarConfig { decode, prefills: args.prefills, prefill_file: args.prefill_file, pod, listen: args.listen };
     let rt = match runtime() {
         Ok(rt) => rt,
-        Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
+        Err(e) => return runtime_error(format!("cannot start the async runtime: {e}")),
     };
     let code = rt.block_on(async move {
         if args.once {
@@ -332,12 +331,12 @@ fn run_sidecar(args: RunArgs) -> ExitCode {
                     println!("{report}");
                     ExitCode::from(code)
                 }
-                Err(e) => input_error(e),
+                Err(e) => sidecar_error(e),
             };
         }
         match sidecar::run(cfg, crate::shutdown::token("the handshake sidecar").cancelled_owned()).await {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => input_error(e),
+            Err(e) => sidecar_error(e),
         }
     });
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -359,7 +358,7 @@ fn run_sim(cmd: SimCommand) -> ExitCode {
     };
     let rt = match runtime() {
         Ok(rt) => rt,
-        Err(e) => return input_error(format!("cannot start the async runtime: {e}")),
+        Err(e) => return runtime_error(format!("cannot start the async runtime: {e}")),
     };
     let result = rt.block_on(async move {
         let stop = crate::shutdown::token("the stand-in");
@@ -372,10 +371,7 @@ fn run_sim(cmd: SimCommand) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ crate::sim::SimError::Flags(_)) => input_error(e),
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
+        Err(e) => runtime_error(e),
     }
 }
 
@@ -383,9 +379,24 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "pd-operator".into())
 }
 
+/// Exit 2: the input (files, flags) cannot be read or used.
 fn input_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
+}
+
+/// Exit 4: the input was fine, but running failed (the Kubernetes API unreachable, a port taken).
+fn runtime_error(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(4)
+}
+
+fn sidecar_error(e: crate::handshake::sidecar::SidecarError) -> ExitCode {
+    use crate::handshake::sidecar::SidecarError as E;
+    match e {
+        E::Read { .. } | E::Decode { .. } | E::PodRef(_) => input_error(e),
+        E::Kube(_) | E::Listen { .. } => runtime_error(e),
+    }
 }
 
 fn read_model_config(path: &Option<PathBuf>) -> Result<Option<HfConfig>, String> {
@@ -489,7 +500,7 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
             OutputFormat::Text => {
                 for f in &findings {
                     let prefix = if f.severity == Severity::Warning { "warning: " } else { "" };
-                    let _ = writeln!(out, "{prefix}{name}: {}: {} (fix: {})", f.field, f.message, f.fix);
+                    let _ = writeln!(out, "{prefix}{name}: {f}");
                 }
                 if valid {
                     let _ = writeln!(out, "{name}: valid ({})", facts.describe(&d.object.spec.model.path));
@@ -538,13 +549,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
         let name = d.object.metadata.name.clone().unwrap_or_default();
         let (findings, facts) = check_one(d, &loaded, config.as_ref(), None);
         for f in &findings {
-            eprintln!(
-                "{}{name}: {}: {} (fix: {})",
-                if f.severity == Severity::Warning { "warning: " } else { "error: " },
-                f.field,
-                f.message,
-                f.fix
-            );
+            eprintln!("{}{name}: {f}", if f.severity == Severity::Warning { "warning: " } else { "error: " });
         }
         if !validate::is_valid(&findings) {
             eprintln!("{name}: not rendered: the controller creates nothing for an invalid PDDeployment");

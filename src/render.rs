@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
     PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
     Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -32,6 +33,8 @@ pub const LABEL_ROLE: &str = "pd.inference.dev/role";
 pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
 pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
 pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
+/// The `LABEL_ROLE` value of router pods.
+pub const ROUTER_ROLE: &str = "router";
 pub const DIST_INIT_PORT: u16 = 5757;
 pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
@@ -80,11 +83,28 @@ pub struct Rendered {
     /// what the router's discovery may do (read the namespace's pods).
     pub roles: Vec<RbacRole>,
     pub role_bindings: Vec<RoleBinding>,
-    pub pods: Vec<Pod>,
+    /// Engine pods, one entry per instance of each role.
+    pub instances: Vec<InstancePods>,
     pub deployments: Vec<Deployment>,
+    /// Who may reach the engines and the router (`spec.networkPolicy`).
+    pub network_policies: Vec<NetworkPolicy>,
+}
+
+/// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InstancePods {
+    pub role: Role,
+    pub index: u32,
+    pub revision: String,
+    pub pods: Vec<Pod>,
 }
 
 impl Rendered {
+    /// Every engine pod, prefill first, in instance and node order.
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.instances.iter().flat_map(|i| &i.pods)
+    }
+
     /// All objects as one multi-document YAML stream, in apply order.
     pub fn to_yaml(&self) -> Result<String, RenderError> {
         let mut docs = Vec::new();
@@ -104,15 +124,20 @@ impl Rendered {
         for b in &self.role_bindings {
             docs.push(ser("RoleBinding", b)?);
         }
-        for p in &self.pods {
+        for p in self.pods() {
             docs.push(ser("Pod", p)?);
         }
         for d in &self.deployments {
             docs.push(ser("Deployment", d)?);
         }
+        for n in &self.network_policies {
+            docs.push(ser("NetworkPolicy", n)?);
+        }
         Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
     }
 }
+
+mod netpol;
 
 mod erased {
     pub trait Yaml {
@@ -471,7 +496,7 @@ fn handshake_rbac(
         ..Default::default()
     });
     let mut pods: Vec<String> = Vec::new();
-    for i in 0..spec.decode.replicas.max(0) as u32 {
+    for i in 0..spec.instances(Role::Decode) {
         for node in 0..spec.decode.nodes_per_instance() {
             pods.push(pod_name(name, Role::Decode, i, node));
         }
@@ -715,7 +740,7 @@ pub fn router_args(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Vec<String>
 /// The router's own identity: read (get, list, watch) the pods of its namespace, which smg's
 /// discovery watches; nothing else. Returns the ServiceAccount, Role and RoleBinding.
 fn router_rbac(name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (ServiceAccount, RbacRole, RoleBinding) {
-    let labels = common_labels(name, "router");
+    let labels = common_labels(name, ROUTER_ROLE);
     let rbac = router_rbac_name(name);
     let account = ServiceAccount { metadata: meta(rbac.clone(), ns, labels.clone(), owners), ..Default::default() };
     let role = RbacRole {
@@ -753,7 +778,7 @@ fn router_container(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Container 
 
 fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (Deployment, Service) {
     let r = &spec.router;
-    let labels = common_labels(name, "router");
+    let labels = common_labels(name, ROUTER_ROLE);
     let pod_spec = PodSpec {
         containers: vec![router_container(spec, name, ns)],
         service_account_name: Some(router_rbac_name(name)),
@@ -807,7 +832,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         out.services.push(headless_service(spec, role, name, &ns, &owners));
     }
     let prefill_addresses: Vec<String> =
-        (0..spec.prefill.replicas.max(0) as u32).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
+        (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
     let decode_json = serde_json::to_string_pretty(&decode_topology_json(spec, facts))
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     out.config_maps.push(ConfigMap {
@@ -825,13 +850,14 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         let revision = role_revision(spec, role, opts);
-        for instance in 0..rs.replicas.max(0) as u32 {
-            for node in 0..rs.nodes_per_instance() {
-                let slot = PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts };
-                out.pods.push(slot.pod());
-            }
+        for instance in 0..spec.instances(role) {
+            let pods = (0..rs.nodes_per_instance())
+                .map(|node| PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts }.pod())
+                .collect();
+            out.instances.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
         }
     }
+    out.network_policies = netpol::policies(spec, name, &ns, &owners);
     if spec.router.enabled {
         let (deployment, service) = router_objects(spec, name, &ns, &owners);
         let (account, role, binding) = router_rbac(name, &ns, &owners);

@@ -33,11 +33,12 @@ impl Finding {
     fn warning(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self { severity: Severity::Warning, ..Self::error(rule, field, message, fix) }
     }
+}
 
-    /// `<field path>: <message> (fix: <hint>)`, the form `validate` and the webhook print.
-    pub fn render(&self) -> String {
-        let prefix = if self.severity == Severity::Warning { "warning: " } else { "" };
-        format!("{prefix}{}: {} (fix: {})", self.field, self.message, self.fix)
+/// `<field path>: <message> (fix: <hint>)`: the one form the CLI, the webhook and status print.
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} (fix: {})", self.field, self.message, self.fix)
     }
 }
 
@@ -955,7 +956,7 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         let nodes = rs.nodes_per_instance();
-        let last_instance = rs.replicas.max(1) - 1;
+        let last_instance = spec.instances(role).max(1) - 1;
         let host = format!("{name}-{}-{last_instance}-{}", role.as_str(), nodes.saturating_sub(1));
         if host.len() > DNS_LABEL_MAX {
             out.push(Finding::error(

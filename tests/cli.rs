@@ -139,3 +139,19 @@ fn handshake_check_files_and_jsonl() {
     assert_eq!(lines[2]["ok"], true);
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn a_runtime_failure_exits_4_not_2_which_means_unreadable_input() {
+    // No cluster to reach: the flags are fine, running is what fails.
+    let o = bin()
+        .args(["controller", "--webhook=false"])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot reach the Kubernetes API"), "{}", text(&o));
+    // An unreadable topology file is still input: exit 2.
+    let o = run(&["handshake", "run", "--decode", "/nonexistent/decode.json", "--prefill", "a:8998", "--once"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -3,9 +3,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
-use common::{ControllerProcess, TestNamespace, cluster, repo_path, text, wait_for};
+use common::{Background, ControllerProcess, TestNamespace, cluster, repo_path, text, wait_for};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -89,6 +91,7 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
             ("ServiceAccount".to_owned(), names(&ns, "serviceaccounts", sel)?),
             ("Role".to_owned(), names(&ns, "roles", sel)?),
             ("RoleBinding".to_owned(), names(&ns, "rolebindings", sel)?),
+            ("NetworkPolicy".to_owned(), names(&ns, "networkpolicies", sel)?),
         ]);
         (got == want).then_some(()).ok_or_else(|| format!("want {want:?}\n got {got:?}"))
     });
@@ -200,6 +203,159 @@ fn scaling_decode_from_four_to_two_removes_exactly_two_instances() {
     });
 }
 
+/// Prefill and decode instances that exist and are not being deleted.
+fn live_instances(ns: &TestNamespace, pdd: &str) -> Result<(BTreeSet<String>, BTreeSet<String>), String> {
+    let mut out = (BTreeSet::new(), BTreeSet::new());
+    for p in pods(ns, pdd)?.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()) {
+        let labels = &p["metadata"]["labels"];
+        let instance = labels["pd.inference.dev/instance"].as_str().unwrap_or_default().to_owned();
+        match labels["pd.inference.dev/role"].as_str() {
+            Some("prefill") => out.0.insert(instance),
+            _ => out.1.insert(instance),
+        };
+    }
+    Ok(out)
+}
+
+#[test]
+fn kubectl_scale_multiplies_the_declared_prefill_decode_unit() {
+    let ns = TestNamespace::new("unit");
+    let _ctl = ControllerProcess::start(&ns.name);
+    // One unit: 1 prefill and 2 decode instances.
+    assert!(ns.apply(&scaled(2)).status.success());
+    let count = |want: (usize, usize)| {
+        wait_for(WAIT, &format!("{want:?} prefill/decode instances and status to follow"), || {
+            let (p, d) = live_instances(&ns, "scale")?;
+            let s = ns.get_json("pdd", "scale")?["status"].clone();
+            let units = want.0 as i64;
+            let ok = (p.len(), d.len()) == want && s["replicas"] == units && s["prefill"]["readyReplicas"] == want.0 as i64;
+            ok.then_some(()).ok_or_else(|| format!("prefill {p:?} decode {d:?} status {s}"))
+        })
+    };
+    count((1, 2));
+    let scale = |n: &str| {
+        let o = cluster().kubectl(&["scale", "pdd", "scale", "-n", &ns.name, &format!("--replicas={n}")]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    scale("3");
+    count((3, 6));
+    // The scale subresource reports what HPA reads: replicas and the engine pods' selector.
+    let sub =
+        cluster().kubectl(&["get", "--raw", &format!("/apis/pd.inference.dev/v1alpha1/namespaces/{}/pddeployments/scale/scale", ns.name)]);
+    let sub: Value = serde_json::from_slice(&sub.stdout).unwrap();
+    assert_eq!(sub["spec"]["replicas"], 3, "{sub}");
+    assert_eq!(sub["status"]["replicas"], 3, "{sub}");
+    let selector = sub["status"]["selector"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(names(&ns, "pods", &selector).unwrap().len(), 9, "the selector picks the 9 engine pods: {selector}");
+    let survivors = uids(&ns, "scale");
+    scale("1");
+    count((1, 2));
+    let after = uids(&ns, "scale");
+    for n in ["scale-prefill-0-0", "scale-decode-0-0", "scale-decode-1-0"] {
+        assert_eq!(survivors.get(n), after.get(n), "{n}: the first unit survives the scale-down untouched");
+    }
+}
+
+/// The HPA test's external metrics API, registered with the aggregator for the test's lifetime.
+struct ExternalMetrics {
+    dir: PathBuf,
+    _server: Background,
+}
+
+impl ExternalMetrics {
+    /// Serves `external.metrics.k8s.io/v1beta1` from this host's first non-loopback IPv4 address
+    /// (the apiserver dials the EndpointSlice's address; loopback is not allowed there).
+    fn start(ns: &TestNamespace) -> Self {
+        let dir = std::env::temp_dir().join(format!("pd-external-metrics-{}", ns.name));
+        let values = dir.join("values");
+        std::fs::create_dir_all(&values).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let made = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=external-metrics"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{}", text(&made));
+        let ip = host_ipv4();
+        let server = Background::spawn(
+            "external-metrics",
+            Command::new("python3").arg(repo_path("tests/hpa/external_metrics.py")).arg(&values).arg(&cert).arg(&key).arg(&ip),
+        );
+        let port = wait_for(Duration::from_secs(20), "the metrics server's port", || {
+            server.log_text().lines().next().and_then(|l| l.trim().parse::<u16>().ok()).ok_or_else(|| server.log_text())
+        });
+        let service = serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "external-metrics"},
+            "spec": {"ports": [{"name": "https", "port": 443}]}});
+        let endpoints = serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "external-metrics", "labels": {"kubernetes.io/service-name": "external-metrics"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": [ip]}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]});
+        let api = serde_json::json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
+            "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1", "insecureSkipTLSVerify": true,
+                "groupPriorityMinimum": 100, "versionPriority": 100,
+                "service": {"namespace": ns.name, "name": "external-metrics", "port": 443}}});
+        let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [service, endpoints, api]}).to_string();
+        assert!(ns.apply(&objects).status.success());
+        Self { dir: values, _server: server }
+    }
+
+    fn set(&self, metric: &str, value: u32) {
+        std::fs::write(self.dir.join(metric), value.to_string()).unwrap();
+    }
+}
+
+impl Drop for ExternalMetrics {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "apiservice", "v1beta1.external.metrics.k8s.io", "--ignore-not-found"]);
+    }
+}
+
+fn host_ipv4() -> String {
+    let o = Command::new("hostname").arg("-I").output().unwrap();
+    let all = String::from_utf8_lossy(&o.stdout).to_string();
+    all.split_whitespace()
+        .find(|a| a.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| !ip.is_loopback()))
+        .unwrap_or_else(|| panic!("no IPv4 in {all:?}"))
+        .to_owned()
+}
+
+#[test]
+fn an_hpa_scales_the_pddeployment_through_its_scale_subresource() {
+    let ns = TestNamespace::new("hpa");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let metrics = ExternalMetrics::start(&ns);
+    metrics.set("pd_queue_depth", 5);
+    wait_for(WAIT, "the external metrics API to answer through the aggregator", || {
+        let path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/pd_queue_depth", ns.name);
+        let o = cluster().kubectl(&["get", "--raw", &path]);
+        o.status.success().then_some(()).ok_or_else(|| text(&o))
+    });
+    assert!(ns.apply(&scaled(2)).status.success());
+    // One unit per 10 queued requests, between 1 and 4 units; no stabilization, so the test is short.
+    let hpa = serde_json::json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "scale"},
+        "spec": {"scaleTargetRef": {"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "name": "scale"},
+            "minReplicas": 1, "maxReplicas": 4,
+            "metrics": [{"type": "External", "external": {"metric": {"name": "pd_queue_depth"}, "target": {"type": "AverageValue", "averageValue": "10"}}}],
+            "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0}, "scaleDown": {"stabilizationWindowSeconds": 0}}}});
+    assert!(ns.apply(&hpa.to_string()).status.success());
+    let units = |want: usize| {
+        wait_for(Duration::from_secs(120), &format!("{want} units: {want} prefill and {} decode instances", 2 * want), || {
+            let (p, d) = live_instances(&ns, "scale")?;
+            let hpa = ns.get_json("hpa", "scale").map(|h| h["status"].to_string()).unwrap_or_default();
+            ((p.len(), d.len()) == (want, 2 * want)).then_some(()).ok_or_else(|| format!("prefill {p:?} decode {d:?}; hpa {hpa}"))
+        })
+    };
+    units(1);
+    metrics.set("pd_queue_depth", 30);
+    units(3);
+    assert_eq!(ns.get_json("pdd", "scale").unwrap()["spec"]["replicas"], 3);
+    metrics.set("pd_queue_depth", 8);
+    units(1);
+}
+
 fn rollout_spec(mem: &str) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n"
@@ -217,6 +373,40 @@ fn all_updated(ns: &TestNamespace) -> Result<(), String> {
     let ps = pods(ns, "roll")?;
     let live: Vec<&Value> = ps.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).collect();
     (ok && live.len() == 5).then_some(()).ok_or_else(|| format!("{s}\n{} live pods", live.len()))
+}
+
+#[test]
+fn a_decode_partition_canaries_the_new_revision_on_the_instances_above_it() {
+    let ns = TestNamespace::new("canary");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(&rollout_spec("0.80")).status.success());
+    wait_for(WAIT, "the first revision to be ready", || all_updated(&ns));
+    let before = uids(&ns, "roll");
+    let canary = rollout_spec("0.85") + "  rollout: {decode: {partition: 2}}\n";
+    assert!(ns.apply(&canary).status.success());
+    wait_for(Duration::from_secs(180), "prefill rolled, decode 2 only, rollout complete", || {
+        let v = ns.get_json("pdd", "roll")?;
+        let s = &v["status"];
+        let progressing = common::condition(&v, "Progressing").map(|c| c["reason"].clone()).unwrap_or_default();
+        let ok = s["observedGeneration"] == v["metadata"]["generation"]
+            && s["prefill"]["updatedReplicas"] == 2
+            && s["decode"]["updatedReplicas"] == 1
+            && s["decode"]["readyReplicas"] == 3
+            && progressing == "Complete";
+        ok.then_some(()).ok_or_else(|| s.to_string())
+    });
+    let after = uids(&ns, "roll");
+    for kept in ["roll-decode-0-0", "roll-decode-1-0"] {
+        assert_eq!(before.get(kept), after.get(kept), "{kept} is below the partition");
+    }
+    assert_ne!(before.get("roll-decode-2-0"), after.get("roll-decode-2-0"), "decode 2 is the canary");
+    let decode = ns.get_json("pdd", "roll").unwrap()["status"]["decode"].clone();
+    assert_ne!(decode["currentRevision"], decode["updateRevision"], "two revisions serve: {decode}");
+    // Lifting the partition finishes the rollout; the settings themselves roll nothing.
+    assert!(ns.apply(&rollout_spec("0.85")).status.success());
+    wait_for(Duration::from_secs(180), "every instance on the new revision", || all_updated(&ns));
+    let decode = ns.get_json("pdd", "roll").unwrap()["status"]["decode"].clone();
+    assert_eq!(decode["currentRevision"], decode["updateRevision"], "{decode}");
 }
 
 #[test]
@@ -311,12 +501,35 @@ fn deleting_the_pddeployment_removes_every_child() {
     });
     assert!(cluster().kubectl(&["delete", "pdd", "dsv3", "-n", &ns.name, "--wait=false"]).status.success());
     wait_for(Duration::from_secs(150), "every child to be garbage-collected", || {
-        let left: Vec<String> = ["pods", "services", "configmaps", "deployments", "replicasets"]
+        let left: Vec<String> = ["pods", "services", "configmaps", "deployments", "replicasets", "networkpolicies"]
             .iter()
             .flat_map(|k| names(&ns, k, sel).unwrap_or_default())
             .collect();
         left.is_empty().then_some(()).ok_or_else(|| format!("{left:?}"))
     });
+}
+
+#[test]
+fn switching_the_network_policy_off_deletes_it_and_leaves_the_pods_alone() {
+    let ns = TestNamespace::new("netpol");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml")).status.success());
+    let sel = "pd.inference.dev/deployment=dsv3";
+    let both: BTreeSet<String> = ["dsv3-engines", "dsv3-router"].map(String::from).into();
+    wait_for(WAIT, "both NetworkPolicies and every pod", || {
+        let (policies, pods) = (names(&ns, "networkpolicies", sel)?, names(&ns, "pods", sel)?);
+        (policies == both && pods.len() >= 3).then_some(()).ok_or_else(|| format!("{policies:?} {pods:?}"))
+    });
+    let engines = ns.get_json("networkpolicy", "dsv3-engines").unwrap();
+    assert_eq!(engines["metadata"]["ownerReferences"][0]["kind"], "PDDeployment", "{engines}");
+    let before = uids(&ns, "dsv3");
+    let patch = r#"{"spec":{"networkPolicy":{"enabled":false}}}"#;
+    assert!(cluster().kubectl(&["patch", "pdd", "dsv3", "-n", &ns.name, "--type=merge", "-p", patch]).status.success());
+    wait_for(WAIT, "the NetworkPolicies to go", || {
+        let left = names(&ns, "networkpolicies", sel)?;
+        left.is_empty().then_some(()).ok_or_else(|| format!("{left:?}"))
+    });
+    assert_eq!(uids(&ns, "dsv3"), before, "turning the policy off replaced engine pods");
 }
 
 fn leader_gauge(c: &ControllerProcess) -> Option<u64> {

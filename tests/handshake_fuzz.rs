@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use pd_operator::handshake::core::DecodeTopology;
 use pd_operator::handshake::probe::{self, Verdict};
+use pd_operator::sim::SimError;
 use pd_operator::sim::bootstrap::Registry;
 use pd_operator::sim::flags::EngineFlags;
 use proptest::prelude::*;
@@ -129,9 +130,12 @@ proptest! {
     }
 
     #[test]
-    fn any_engine_argv_parses_or_is_refused_with_a_message(args in prop::collection::vec("--[a-z-]{1,12}(=[ -~]{0,4})?|[ -~]{0,6}", 0..12)) {
-        if let Err(e) = EngineFlags::parse(&args) {
-            prop_assert!(!e.to_string().is_empty());
+    fn any_engine_argv_parses_or_is_refused_naming_the_flag(args in prop::collection::vec("--[a-z-]{1,12}(=[ -~]{0,4})?|[ -~]{0,6}", 0..12)) {
+        match EngineFlags::parse(&args) {
+            Ok(_) => {}
+            // Every refusal is about a flag, and says which one.
+            Err(SimError::Flags(m)) => prop_assert!(m.contains("--"), "{}", m),
+            Err(e) => prop_assert!(false, "not a flag error: {}", e),
         }
     }
 }

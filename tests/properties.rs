@@ -89,7 +89,7 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         prop_assert!(rendered.is_ok(), "{:?}", rendered);
         let rendered = rendered.unwrap();
         prop_assert!(rendered.to_yaml().is_ok());
-        for pod in &rendered.pods {
+        for pod in rendered.pods() {
             prop_assert!(pod.metadata.name.as_ref().unwrap().len() <= 63);
         }
     }

@@ -15,7 +15,7 @@ fn rendered(example: &str) -> Rendered {
 }
 
 fn argv_of(r: &Rendered, pod: &str) -> String {
-    let pod = r.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap_or_else(|| panic!("no pod {pod}"));
+    let pod = r.pods().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap_or_else(|| panic!("no pod {pod}"));
     let c = &pod.spec.as_ref().unwrap().containers[0];
     c.command.iter().flatten().chain(c.args.iter().flatten()).cloned().collect::<Vec<_>>().join("\n") + "\n"
 }
@@ -52,11 +52,11 @@ fn router_argv() {
 #[test]
 fn object_inventory_matches_the_layout() {
     let r = rendered("multi-node-prefill.yaml");
-    let names: Vec<_> = r.pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let names: Vec<_> = r.pods().filter_map(|p| p.metadata.name.clone()).collect();
     assert_eq!(names, ["r1-prefill-0-0", "r1-prefill-0-1", "r1-decode-0-0"]);
     let svcs: Vec<_> = r.services.iter().filter_map(|s| s.metadata.name.clone()).collect();
     assert_eq!(svcs, ["r1-prefill", "r1-decode", "r1-router"]);
-    for p in &r.pods {
+    for p in r.pods() {
         let l = p.metadata.labels.as_ref().unwrap();
         assert_eq!(l["app.kubernetes.io/managed-by"], "pd-operator");
         assert_eq!(l["pd.inference.dev/deployment"], "r1");
@@ -67,7 +67,7 @@ fn object_inventory_matches_the_layout() {
         assert_eq!(spec.subdomain.as_deref(), Some(if l["pd.inference.dev/role"] == "prefill" { "r1-prefill" } else { "r1-decode" }));
     }
     // Decode pods carry the handshake sidecar as a native sidecar and its readiness gate.
-    let decode = r.pods.iter().find(|p| p.metadata.name.as_deref() == Some("r1-decode-0-0")).unwrap().spec.clone().unwrap();
+    let decode = r.pods().find(|p| p.metadata.name.as_deref() == Some("r1-decode-0-0")).unwrap().spec.clone().unwrap();
     let sidecar = &decode.init_containers.unwrap()[0];
     assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
     assert_eq!(decode.readiness_gates.unwrap()[0].condition_type, "pd.inference.dev/handshake");
@@ -78,7 +78,7 @@ fn object_inventory_matches_the_layout() {
 #[test]
 fn sim_engine_runs_the_same_flags_under_another_program() {
     let r = rendered("sim-demo.yaml");
-    let c = &r.pods[0].spec.as_ref().unwrap().containers[0];
+    let c = &r.pods().next().unwrap().spec.as_ref().unwrap().containers[0];
     assert_eq!(c.command.as_deref().unwrap(), ["pd-operator", "sim", "engine"]);
     assert_eq!(c.image.as_deref(), Some("pd-operator:test"));
     assert!(c.args.as_ref().unwrap().windows(2).any(|w| w == ["--disaggregation-mode", "prefill"]));
@@ -139,7 +139,7 @@ fn the_router_is_smg_for_both_engines_with_its_own_read_only_pod_access() {
 fn prefill_leaders_carry_the_bootstrap_port_smg_discovery_reads() {
     let r = rendered("multi-node-prefill.yaml");
     let annotation = |pod: &str| {
-        let p = r.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap();
+        let p = r.pods().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap();
         p.metadata.annotations.as_ref().and_then(|a| a.get(render::BOOTSTRAP_PORT_ANNOTATION).cloned())
     };
     assert_eq!(annotation("r1-prefill-0-0").as_deref(), Some("8998"));
@@ -158,5 +158,5 @@ fn scaling_leaves_the_router_untouched() {
     pdd.spec.decode.replicas += 3;
     let after = render::render(&pdd, &facts, &opts).unwrap();
     assert_eq!(before.deployments, after.deployments, "the router finds workers by discovery: no restart on scale");
-    assert_eq!(after.pods.len(), before.pods.len() + 5);
+    assert_eq!(after.pods().count(), before.pods().count() + 5);
 }

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -83,7 +82,6 @@ impl Metrics {
 #[derive(Clone)]
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
-    pub ready: Arc<AtomicBool>,
     /// The webhook's readiness; None when it is disabled.
     pub webhook: Option<Arc<crate::webhook::Health>>,
     /// Whether the watch caches still follow the apiserver.
@@ -101,10 +99,9 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
 }
 
+/// Ready once the admin server answers, unless the webhook (when enabled) cannot serve yet:
+/// a replica that is not leader is still ready, since it serves admission reviews.
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    if !s.ready.load(Ordering::Relaxed) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "starting");
-    }
     match s.webhook.as_ref().map(|w| w.ready()) {
         Some(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
         _ => (StatusCode::OK, "ok"),

@@ -9,13 +9,13 @@ pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -52,6 +52,9 @@ const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// An instance not recreated for this long starts its backoff afresh (and its entry is dropped,
+/// so instances of deleted PDDeployments are not remembered for ever).
+const BACKOFF_FORGET: Duration = Duration::from_secs(900);
 /// Each watch retries after an error within these bounds (jittered, doubling).
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
@@ -130,6 +133,7 @@ pub struct ChildStores {
     service_accounts: Store<ServiceAccount>,
     roles: Store<Role>,
     role_bindings: Store<RoleBinding>,
+    network_policies: Store<NetworkPolicy>,
 }
 
 impl ChildStores {
@@ -141,10 +145,11 @@ impl ChildStores {
             self.config_maps.wait_until_ready(),
             self.deployments.wait_until_ready(),
         );
-        let rbac = futures::future::try_join3(
+        let rbac = futures::future::try_join4(
             self.service_accounts.wait_until_ready(),
             self.roles.wait_until_ready(),
             self.role_bindings.wait_until_ready(),
+            self.network_policies.wait_until_ready(),
         );
         futures::future::try_join(waits, rbac).await.map(|_| ()).map_err(|_| Error::CacheClosed)
     }
@@ -158,7 +163,7 @@ impl ChildStores {
         selector: &str,
     ) -> Result<Vec<(&'static str, watchdog::Divergence)>, kube::Error> {
         let sel = Some(selector);
-        let (pods, services, config_maps, deployments, accounts, roles, bindings) = futures::try_join!(
+        let (pods, services, config_maps, deployments, accounts, roles, bindings, policies) = futures::try_join!(
             watchdog::check(scoped(client, ns), sel, &self.pods),
             watchdog::check(scoped(client, ns), sel, &self.services),
             watchdog::check(scoped(client, ns), sel, &self.config_maps),
@@ -166,6 +171,7 @@ impl ChildStores {
             watchdog::check(scoped(client, ns), sel, &self.service_accounts),
             watchdog::check(scoped(client, ns), sel, &self.roles),
             watchdog::check(scoped(client, ns), sel, &self.role_bindings),
+            watchdog::check(scoped(client, ns), sel, &self.network_policies),
         )?;
         Ok(vec![
             ("pods", pods),
@@ -175,6 +181,7 @@ impl ChildStores {
             ("serviceaccounts", accounts),
             ("roles", roles),
             ("rolebindings", bindings),
+            ("networkpolicies", policies),
         ])
     }
 }
@@ -307,13 +314,14 @@ impl Context {
     /// How long an instance must still wait before it may be recreated again.
     fn backoff_remaining(&self, key: &str) -> Option<Duration> {
         let map = self.backoff.lock().ok()?;
-        let (attempts, last) = map.get(key)?;
+        let (attempts, last) = map.get(key).filter(|(_, last)| last.elapsed() < BACKOFF_FORGET)?;
         let delay = BACKOFF_BASE.saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(BACKOFF_MAX);
         delay.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
     }
 
     fn note_recreate(&self, key: String) -> u32 {
         let mut map = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, (_, last)| last.elapsed() < BACKOFF_FORGET);
         let e = map.entry(key).or_insert((0, Instant::now()));
         e.0 += 1;
         e.1 = Instant::now();
@@ -515,12 +523,10 @@ async fn watch_the_watches(
 /// its webhook keeps serving.
 pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
     let stop = crate::shutdown::token("the controller");
     let liveness = Arc::new(watchdog::Liveness::default());
     let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
-    let admin_state =
-        AdminState { metrics: metrics.clone(), ready: ready.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
+    let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
     // The webhook serves on every replica, leader or not, and outlives reconcile terms.
     if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
@@ -532,7 +538,6 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
             }
         });
     }
-    ready.store(true, Ordering::Relaxed);
     while !stop.is_cancelled() {
         let term = stop.child_token();
         if let Some(le) = &settings.leader_election {
@@ -587,6 +592,7 @@ async fn reconcile_term(
     let (account_store, account_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let stores = ChildStores {
         pods: pod_store,
         services: service_store,
@@ -595,6 +601,7 @@ async fn reconcile_term(
         service_accounts: account_store,
         roles: role_store,
         role_bindings: binding_store,
+        network_policies: policy_store,
     };
     let (pdd_store, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
@@ -610,6 +617,7 @@ async fn reconcile_term(
         .owns_stream(account_events)
         .owns_stream(role_events)
         .owns_stream(binding_events)
+        .owns_stream(policy_events)
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(term.clone().cancelled_owned())

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::api::Role;
-use crate::render::{LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
+use crate::api::{Role, RolloutSpec};
+use crate::render::{InstancePods, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +110,8 @@ struct RoleView {
     desired: BTreeMap<u32, Vec<Pod>>,
     observed: BTreeMap<u32, Vec<ObservedPod>>,
     revision: String,
+    /// Instances below this index keep their revision.
+    partition: u32,
 }
 
 impl RoleView {
@@ -120,22 +122,26 @@ impl RoleView {
     fn instance_updated(&self, i: u32) -> bool {
         self.observed.get(&i).is_some_and(|pods| !pods.is_empty() && pods.iter().all(|p| p.revision == self.revision))
     }
+    /// Instances the rollout updates: those at or above the partition.
+    fn eligible(&self) -> impl Iterator<Item = u32> + '_ {
+        self.desired.keys().copied().filter(|i| *i >= self.partition)
+    }
+    /// The share of the instances to update that are updated (1 when there are none).
     fn updated_fraction(&self) -> f64 {
-        let n = self.desired.len();
-        if n == 0 { 1.0 } else { self.desired.keys().filter(|i| self.instance_updated(**i)).count() as f64 / n as f64 }
+        let n = self.eligible().count();
+        if n == 0 { 1.0 } else { self.eligible().filter(|i| self.instance_updated(*i)).count() as f64 / n as f64 }
+    }
+    /// Whether some instance still has to be updated.
+    fn rolling(&self) -> bool {
+        self.eligible().any(|i| !self.instance_updated(i))
     }
 }
 
-fn pod_label(pod: &Pod, key: &str) -> Option<String> {
-    pod.metadata.labels.as_ref()?.get(key).cloned()
-}
-
-fn view(role: Role, desired: &[Pod], observed: &[ObservedPod]) -> RoleView {
-    let mut v = RoleView::default();
-    for pod in desired.iter().filter(|p| pod_label(p, LABEL_ROLE).as_deref() == Some(role.as_str())) {
-        let i: u32 = pod_label(pod, LABEL_INSTANCE).and_then(|s| s.parse().ok()).unwrap_or(0);
-        v.revision = pod_label(pod, LABEL_REVISION).unwrap_or_default();
-        v.desired.entry(i).or_default().push(pod.clone());
+fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec) -> RoleView {
+    let mut v = RoleView { partition: rollout.partition(role), ..RoleView::default() };
+    for instance in desired.iter().filter(|i| i.role == role) {
+        v.revision.clone_from(&instance.revision);
+        v.desired.insert(instance.index, instance.pods.clone());
     }
     for p in observed.iter().filter(|p| p.role == role) {
         v.observed.entry(p.instance).or_default().push(p.clone());
@@ -143,108 +149,128 @@ fn view(role: Role, desired: &[Pod], observed: &[ObservedPod]) -> RoleView {
     v
 }
 
-/// Plans one reconcile. `max_unavailable` bounds instances per role down at once during a rollout.
-#[expect(clippy::too_many_lines, reason = "being split into named steps")]
-pub fn plan(desired: &[Pod], observed: &[ObservedPod], max_unavailable: u32) -> Plan {
-    let views = [view(Role::Prefill, desired, observed), view(Role::Decode, desired, observed)];
+/// Plans one reconcile; `rollout` bounds how a spec change rolls through each role.
+pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec) -> Plan {
+    let prefill = view(Role::Prefill, desired, observed, rollout);
+    let decode = view(Role::Decode, desired, observed, rollout);
+    let max_skew = f64::from(rollout.max_skew.clamp(0, 100)) / 100.0;
     let mut out = Plan::default();
-    for (idx, v) in views.iter().enumerate() {
-        let role = if idx == 0 { Role::Prefill } else { Role::Decode };
-        let other = &views[1 - idx];
-        let mut unavailable = 0u32;
-        let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count();
-        for (i, pods) in &v.observed {
-            if !v.desired.contains_key(i) {
-                out.deletes.push(InstanceDelete {
-                    role,
-                    instance: *i,
-                    pods: pods.iter().filter(|p| !p.deleting).map(|p| p.name.clone()).collect(),
-                    reason: DeleteReason::ScaleDown,
-                    why: format!("{} instance {i} is beyond replicas", role.as_str()),
-                });
-            }
+    for (role, v, other) in [(Role::Prefill, &prefill, &decode), (Role::Decode, &decode, &prefill)] {
+        RolePlan { role, v, other, max_skew, out: &mut out }.plan(rollout.max_unavailable(role));
+    }
+    out
+}
+
+/// Plans one role, with the other role's view for rolling in step.
+struct RolePlan<'a> {
+    role: Role,
+    v: &'a RoleView,
+    other: &'a RoleView,
+    /// How far (a fraction of instances) this role may run ahead of the other.
+    max_skew: f64,
+    out: &'a mut Plan,
+}
+
+impl RolePlan<'_> {
+    fn plan(mut self, max_unavailable: u32) {
+        self.scale_down();
+        let (unavailable, outdated) = self.repair();
+        if !self.waits_for_other(&outdated) {
+            self.roll(outdated, max_unavailable.max(1).saturating_sub(unavailable));
         }
-        let mut outdated = Vec::new();
+    }
+
+    fn delete(&mut self, instance: u32, pods: Vec<String>, reason: DeleteReason, why: String) {
+        self.out.deletes.push(InstanceDelete { role: self.role, instance, pods, reason, why });
+    }
+
+    /// Instances beyond `replicas` go, less their pods already terminating.
+    fn scale_down(&mut self) {
+        let v = self.v;
+        for (i, pods) in v.observed.iter().filter(|(i, _)| !v.desired.contains_key(i)) {
+            let live = pods.iter().filter(|p| !p.deleting).map(|p| p.name.clone()).collect();
+            self.delete(*i, live, DeleteReason::ScaleDown, format!("{} instance {i} is beyond replicas", self.role.as_str()));
+        }
+    }
+
+    /// Creates missing instances and recreates broken ones; returns how many instances are down
+    /// and which run an old revision.
+    fn repair(&mut self) -> (u32, Vec<u32>) {
+        let v = self.v;
+        let (mut unavailable, mut outdated) = (0u32, Vec::new());
         for (i, want) in &v.desired {
             let have = v.observed.get(i).map(Vec::as_slice).unwrap_or_default();
-            if have.is_empty() {
-                out.creates.push((role, *i, want.clone()));
+            if self.replace_if_down(*i, want, have) {
                 unavailable += 1;
                 continue;
             }
-            if have.iter().any(|p| p.deleting) {
-                unavailable += 1;
-                continue;
-            }
-            let wanted: Vec<String> = want.iter().filter_map(|p| p.metadata.name.clone()).collect();
-            let broken = have
-                .iter()
-                .find(|p| p.failed())
-                .map(|p| format!("pod {} is {}", p.name, p.phase))
-                .or_else(|| wanted.iter().find(|n| !have.iter().any(|p| &&p.name == n)).map(|n| format!("pod {n} disappeared")));
-            if let Some(why) = broken {
-                out.deletes.push(InstanceDelete {
-                    role,
-                    instance: *i,
-                    pods: have.iter().map(|p| p.name.clone()).collect(),
-                    reason: DeleteReason::Recreate,
-                    why,
-                });
-                unavailable += 1;
-                continue;
-            }
-            if !v.instance_ready(*i) {
-                unavailable += 1;
-            }
-            if !v.instance_updated(*i) {
+            unavailable += u32::from(!v.instance_ready(*i));
+            if *i >= v.partition && !v.instance_updated(*i) {
                 outdated.push(*i);
             }
         }
-        // Roll in step: a role that is ahead of the other waits for it.
-        if !outdated.is_empty()
-            && v.updated_fraction() > other.updated_fraction()
-            && other.desired.keys().any(|i| !other.instance_updated(*i))
-        {
-            continue;
+        (unavailable, outdated)
+    }
+
+    /// Whether instance `i` is down: missing (created now), still terminating, or broken
+    /// (deleted now, to be created whole on a later pass).
+    fn replace_if_down(&mut self, i: u32, want: &[Pod], have: &[ObservedPod]) -> bool {
+        if have.is_empty() {
+            self.out.creates.push((self.role, i, want.to_vec()));
+            return true;
         }
-        let mut budget = max_unavailable.max(1).saturating_sub(unavailable);
+        if have.iter().any(|p| p.deleting) {
+            return true;
+        }
+        let Some(why) = broken(want, have) else { return false };
+        self.delete(i, have.iter().map(|p| p.name.clone()).collect(), DeleteReason::Recreate, why);
+        true
+    }
+
+    /// Roll in step: a role more than `max_skew` ahead of the other waits for it.
+    fn waits_for_other(&self, outdated: &[u32]) -> bool {
+        !outdated.is_empty() && self.other.rolling() && self.v.updated_fraction() - self.other.updated_fraction() > self.max_skew
+    }
+
+    /// Replaces up to `budget` outdated instances, never the last ready one of a role with several.
+    fn roll(&mut self, outdated: Vec<u32>, mut budget: u32) {
+        let v = self.v;
+        let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count();
         for i in outdated {
-            if budget == 0 {
-                break;
-            }
             let is_ready = v.instance_ready(i);
-            // Never take a role to zero ready instances while it has some (unless it has one).
-            if is_ready && ready <= 1 && v.desired.len() > 1 {
+            if budget == 0 || (is_ready && ready <= 1 && v.desired.len() > 1) {
                 break;
             }
-            out.deletes.push(InstanceDelete {
-                role,
-                instance: i,
-                pods: v.observed[&i].iter().map(|p| p.name.clone()).collect(),
-                reason: DeleteReason::Rollout,
-                why: format!("{} instance {i} runs an old revision (want {})", role.as_str(), v.revision),
-            });
+            let why = format!("{} instance {i} runs an old revision (want {})", self.role.as_str(), v.revision);
+            self.delete(i, v.observed[&i].iter().map(|p| p.name.clone()).collect(), DeleteReason::Rollout, why);
             budget -= 1;
-            if is_ready {
-                ready -= 1;
-            }
+            ready -= usize::from(is_ready);
         }
     }
-    out
+}
+
+/// Why an instance must be recreated: a pod failed, or a rendered pod no longer exists.
+fn broken(want: &[Pod], have: &[ObservedPod]) -> Option<String> {
+    have.iter().find(|p| p.failed()).map(|p| format!("pod {} is {}", p.name, p.phase)).or_else(|| {
+        want.iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .find(|n| !have.iter().any(|p| p.name == *n))
+            .map(|n| format!("pod {n} disappeared"))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A rendered pod: `{role}-{instance}-{node}` at `revision`.
-    fn want(role: Role, instance: u32, node: u32, revision: &str) -> Pod {
-        let labels =
-            [(LABEL_ROLE, role.as_str().to_owned()), (LABEL_INSTANCE, instance.to_string()), (LABEL_REVISION, revision.to_owned())];
-        let mut pod = Pod::default();
-        pod.metadata.name = Some(format!("{}-{instance}-{node}", role.as_str()));
-        pod.metadata.labels = Some(labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
-        pod
+    /// A rendered instance of `nodes` pods named `{role}-{instance}-{node}`, at `revision`.
+    fn want(role: Role, index: u32, nodes: u32, revision: &str) -> InstancePods {
+        let pod = |node| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(format!("{}-{index}-{node}", role.as_str()));
+            pod
+        };
+        InstancePods { role, index, revision: revision.into(), pods: (0..nodes).map(pod).collect() }
     }
 
     /// An existing pod, Running and Ready unless changed.
@@ -263,11 +289,15 @@ mod tests {
     }
 
     /// `n` one-pod instances per role at `revision`, rendered and running.
-    fn steady(prefill: u32, decode: u32, revision: &str) -> (Vec<Pod>, Vec<ObservedPod>) {
+    fn steady(prefill: u32, decode: u32, revision: &str) -> (Vec<InstancePods>, Vec<ObservedPod>) {
         let roles = [(Role::Prefill, prefill), (Role::Decode, decode)];
-        let desired = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| want(*r, i, 0, revision))).collect();
+        let desired = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| want(*r, i, 1, revision))).collect();
         let observed = roles.iter().flat_map(|(r, n)| (0..*n).map(move |i| have(*r, i, 0, revision))).collect();
         (desired, observed)
+    }
+
+    fn unavailable(n: i32) -> RolloutSpec {
+        RolloutSpec { max_unavailable: n, ..RolloutSpec::default() }
     }
 
     fn deletes(plan: &Plan) -> Vec<(Role, u32, DeleteReason)> {
@@ -275,22 +305,22 @@ mod tests {
     }
 
     /// Moves `role`'s rendered pods to `revision`.
-    fn roll(desired: &mut [Pod], role: Role, revision: &str) {
-        for pod in desired.iter_mut().filter(|p| pod_label(p, LABEL_ROLE).as_deref() == Some(role.as_str())) {
-            pod.metadata.labels.as_mut().unwrap().insert(LABEL_REVISION.into(), revision.into());
+    fn roll(desired: &mut [InstancePods], role: Role, revision: &str) {
+        for instance in desired.iter_mut().filter(|i| i.role == role) {
+            instance.revision = revision.into();
         }
     }
 
     #[test]
     fn a_steady_state_plans_nothing() {
         let (desired, observed) = steady(2, 2, "r1");
-        assert_eq!(plan(&desired, &observed, 1), Plan::default());
+        assert_eq!(plan(&desired, &observed, &unavailable(1)), Plan::default());
     }
 
     #[test]
     fn missing_instances_are_created_whole() {
-        let desired = vec![want(Role::Prefill, 0, 0, "r1"), want(Role::Prefill, 0, 1, "r1"), want(Role::Decode, 0, 0, "r1")];
-        let p = plan(&desired, &[], 1);
+        let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
+        let p = plan(&desired, &[], &unavailable(1));
         let created: Vec<(Role, u32, usize)> = p.creates.iter().map(|(r, i, pods)| (*r, *i, pods.len())).collect();
         assert_eq!(created, vec![(Role::Prefill, 0, 2), (Role::Decode, 0, 1)]);
         assert!(p.deletes.is_empty());
@@ -303,7 +333,7 @@ mod tests {
         let mut leaving = have(Role::Decode, 3, 0, "r1");
         leaving.deleting = true;
         observed.push(leaving);
-        let p = plan(&desired, &observed, 1);
+        let p = plan(&desired, &observed, &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Decode, 2, DeleteReason::ScaleDown), (Role::Decode, 3, DeleteReason::ScaleDown)]);
         assert_eq!(p.deletes[0].pods, vec!["decode-2-0".to_owned()]);
         assert!(p.deletes[1].pods.is_empty(), "a pod already terminating is not deleted again");
@@ -311,15 +341,15 @@ mod tests {
 
     #[test]
     fn a_failed_or_vanished_pod_recreates_its_whole_instance() {
-        let desired = vec![want(Role::Prefill, 0, 0, "r1"), want(Role::Prefill, 0, 1, "r1"), want(Role::Decode, 0, 0, "r1")];
+        let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let mut failed = have(Role::Prefill, 0, 1, "r1");
         failed.phase = "Failed".into();
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], 1);
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert_eq!(p.deletes[0].pods.len(), 2, "both ranks go: a multi-node engine cannot survive a lost rank");
         assert!(p.deletes[0].why.contains("prefill-0-1 is Failed"), "{}", p.deletes[0].why);
         // Node 1 vanished: same.
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], 1);
+        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert!(p.deletes[0].why.contains("prefill-0-1 disappeared"), "{}", p.deletes[0].why);
     }
@@ -328,7 +358,7 @@ mod tests {
     fn an_instance_still_terminating_is_left_alone() {
         let (desired, mut observed) = steady(1, 1, "r1");
         observed[0].deleting = true;
-        assert_eq!(plan(&desired, &observed, 1), Plan::default());
+        assert_eq!(plan(&desired, &observed, &unavailable(1)), Plan::default());
     }
 
     #[test]
@@ -336,17 +366,17 @@ mod tests {
         let (mut desired, observed) = steady(3, 3, "r1");
         roll(&mut desired, Role::Prefill, "r2");
         roll(&mut desired, Role::Decode, "r2");
-        let p = plan(&desired, &observed, 1);
+        let p = plan(&desired, &observed, &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Rollout), (Role::Decode, 0, DeleteReason::Rollout)]);
-        let p = plan(&desired, &observed, 2);
+        let p = plan(&desired, &observed, &unavailable(2));
         assert_eq!(p.deletes.len(), 4, "two per role: {:?}", deletes(&p));
         // An instance that is down already uses the budget: nothing more goes.
         let mut starting = observed.clone();
         starting[0].ready = false;
         assert!(
-            !plan(&desired, &starting, 1).deletes.iter().any(|d| d.role == Role::Prefill),
+            !plan(&desired, &starting, &unavailable(1)).deletes.iter().any(|d| d.role == Role::Prefill),
             "{:?}",
-            deletes(&plan(&desired, &starting, 1))
+            deletes(&plan(&desired, &starting, &unavailable(1)))
         );
     }
 
@@ -357,7 +387,7 @@ mod tests {
         roll(&mut desired, Role::Prefill, "r2");
         observed[1].ready = false; // decode 0 not ready: decode 1 is the last ready one
         // The budget (3, less the one down) would allow both: the guard stops at the last ready one.
-        let p = plan(&desired, &observed, 3);
+        let p = plan(&desired, &observed, &unavailable(3));
         let decode: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Decode).map(|d| d.instance).collect();
         assert_eq!(decode, vec![0], "only the unready outdated instance goes");
         // A role with a single instance may roll it.
@@ -371,7 +401,52 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         // Prefill 0 is on r2 already; decode has not started: prefill waits, decode goes.
         observed[0].revision = "r2".into();
-        let p = plan(&desired, &observed, 1);
+        let p = plan(&desired, &observed, &unavailable(1));
         assert_eq!(deletes(&p), vec![(Role::Decode, 0, DeleteReason::Rollout)]);
+    }
+
+    #[test]
+    fn a_partition_keeps_the_instances_below_it_and_the_other_role_does_not_wait_for_them() {
+        let (mut desired, observed) = steady(3, 3, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        let mut rollout = unavailable(3);
+        rollout.prefill.partition = 2;
+        let p = plan(&desired, &observed, &rollout);
+        let prefill: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Prefill).map(|d| d.instance).collect();
+        assert_eq!(prefill, vec![2], "only prefill 2 is at or above the partition");
+        // Prefill 2 done: its rollout is complete, and the decode rolls on without waiting for 0 and 1.
+        let mut done = observed.clone();
+        done[2].revision = "r2".into();
+        let p = plan(&desired, &done, &rollout);
+        assert!(p.deletes.iter().all(|d| d.role == Role::Decode), "{:?}", deletes(&p));
+        assert!(!p.deletes.is_empty());
+    }
+
+    #[test]
+    fn max_skew_lets_one_role_run_ahead_by_that_share() {
+        let (mut desired, mut observed) = steady(4, 4, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        observed[0].revision = "r2".into(); // prefill 1/4 ahead of decode 0/4
+        let prefill_goes = |skew: i32| {
+            let rollout = RolloutSpec { max_skew: skew, ..unavailable(1) };
+            plan(&desired, &observed, &rollout).deletes.iter().any(|d| d.role == Role::Prefill)
+        };
+        assert!(!prefill_goes(0), "in step: prefill waits for decode");
+        assert!(!prefill_goes(20), "25% ahead is more than 20%");
+        assert!(prefill_goes(25), "25% ahead is allowed");
+    }
+
+    #[test]
+    fn each_role_may_have_its_own_max_unavailable() {
+        let (mut desired, observed) = steady(3, 3, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        roll(&mut desired, Role::Decode, "r2");
+        let mut rollout = unavailable(1);
+        rollout.decode.max_unavailable = Some(3);
+        let p = plan(&desired, &observed, &rollout);
+        let count = |role| p.deletes.iter().filter(|d| d.role == role).count();
+        assert_eq!((count(Role::Prefill), count(Role::Decode)), (1, 2), "decode takes 3 but keeps its last ready instance");
     }
 }

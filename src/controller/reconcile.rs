@@ -45,7 +45,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         }
         let rendered = render::render(pdd, &facts, &ctx.render)?;
         let router_ready = pass.apply_support(&rendered).await?;
-        let plan = plan::plan(&rendered.pods, &pass.observed, pdd.spec.rollout.max_unavailable.max(1) as u32);
+        let plan = plan::plan(&rendered.instances, &pass.observed, &pdd.spec.rollout);
         let outcome = pass.apply_plan(&plan).await?;
         pass.report(router_ready, outcome).await
     }
@@ -63,7 +63,7 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
     let mut problems: Vec<String> = validate::validate_with_facts(name, &pdd.spec, &facts)
         .into_iter()
         .filter(|f| f.severity == Severity::Error)
-        .map(|f| format!("{}: {} (fix: {})", f.field, f.message, f.fix))
+        .map(|f| f.to_string())
         .collect();
     if let Err(e) = &config {
         problems.push(format!("spec.model.configMapRef: {e}"));
@@ -134,7 +134,7 @@ impl<'a> Pass<'a> {
         Ok(Action::await_change())
     }
 
-    /// Services, the handshake ConfigMap, the sidecar's RBAC and the router, each applied when its
+    /// Services, the handshake ConfigMap, the sidecar's RBAC, the NetworkPolicies and the router, each applied when its
     /// content changed; returns the router's ready replicas when the router is enabled.
     async fn apply_support(&self, rendered: &Rendered) -> Result<Option<i32>, Error> {
         let (ctx, ns, name, uid) = (self.ctx, self.ns.as_str(), self.name.as_str(), self.uid.as_str());
@@ -146,11 +146,12 @@ impl<'a> Pass<'a> {
             ctx.sync_children(&stores.roles, ns, name, uid, &rendered.roles).await?;
             ctx.sync_children(&stores.role_bindings, ns, name, uid, &rendered.role_bindings).await
         };
-        let (_, _, _, _, routers) = futures::try_join!(
+        let (_, _, _, _, _, routers) = futures::try_join!(
             ctx.sync_children(&stores.services, ns, name, uid, &rendered.services),
             ctx.sync_children(&stores.config_maps, ns, name, uid, &rendered.config_maps),
             ctx.sync_children(&stores.service_accounts, ns, name, uid, &rendered.service_accounts),
             rbac,
+            ctx.sync_children(&stores.network_policies, ns, name, uid, &rendered.network_policies),
             ctx.sync_children(&stores.deployments, ns, name, uid, &rendered.deployments),
         )?;
         Ok(self
@@ -345,6 +346,7 @@ mod tests {
             service_accounts: store(applied(log, "serviceaccounts")),
             roles: store(applied(log, "roles")),
             role_bindings: store(applied(log, "rolebindings")),
+            network_policies: store(applied(log, "networkpolicies")),
         }
     }
 
@@ -393,8 +395,9 @@ mod tests {
             .chain(named("serviceaccounts", rendered.service_accounts.iter().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("roles", rendered.roles.iter().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("rolebindings", rendered.role_bindings.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("pods", rendered.pods.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("pods", rendered.pods().map(|o| o.metadata.name.clone()).collect()))
             .chain(named("deployments", rendered.deployments.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("networkpolicies", rendered.network_policies.iter().map(|o| o.metadata.name.clone()).collect()))
             .collect();
         let kind_and_name = |path: &str| {
             let mut parts = path.rsplit('/');

@@ -1,6 +1,8 @@
 //! Pure status computation. Condition timestamps change only on a real transition, so a
 //! reconcile that observes nothing new produces an identical status (and writes nothing).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::plan::ObservedPod;
@@ -39,17 +41,20 @@ struct RoleCount {
     replicas: i32,
     ready: i32,
     updated: i32,
+    /// Instances the rollout leaves at their revision (`rollout.<role>.partition`).
+    kept: i32,
+    update_revision: String,
+    current_revision: String,
 }
 
 fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
-    let spec = inputs.pdd.spec.role(role);
     let (nodes, revision) = match role {
         Role::Prefill => (inputs.nodes.0, inputs.revisions.0),
         Role::Decode => (inputs.nodes.1, inputs.revisions.1),
     };
-    let replicas = spec.replicas.max(0);
+    let replicas = i32::try_from(inputs.pdd.spec.instances(role)).unwrap_or(i32::MAX);
     let (mut ready, mut updated) = (0, 0);
-    for i in 0..replicas as u32 {
+    for i in 0..inputs.pdd.spec.instances(role) {
         let pods: Vec<&ObservedPod> = inputs.observed.iter().filter(|p| p.role == role && p.instance == i && !p.deleting).collect();
         let complete = pods.len() == nodes as usize;
         if complete && pods.iter().all(|p| p.serving() && p.phase == "Running") {
@@ -59,7 +64,19 @@ fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
             updated += 1;
         }
     }
-    RoleCount { replicas, ready, updated }
+    let kept = i32::try_from(inputs.pdd.spec.rollout.partition(role)).unwrap_or(i32::MAX).min(replicas);
+    let current_revision = current_revision(inputs, role, revision);
+    RoleCount { replicas, ready, updated, kept, update_revision: revision.to_owned(), current_revision }
+}
+
+/// The revision the role's instances run that is not the update revision (the most pods'), or the
+/// update revision once every pod runs it.
+fn current_revision(inputs: &StatusInputs, role: Role, update: &str) -> String {
+    let mut pods_per_revision: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in inputs.observed.iter().filter(|p| p.role == role && !p.deleting && p.revision != update) {
+        *pods_per_revision.entry(p.revision.as_str()).or_default() += 1;
+    }
+    pods_per_revision.into_iter().max_by_key(|(_, n)| *n).map_or_else(|| update.to_owned(), |(r, _)| r.to_owned())
 }
 
 fn cond(type_: &str, ok: Option<bool>, reason: &str, message: String) -> Condition {
@@ -112,12 +129,31 @@ fn handshake(observed: &[ObservedPod]) -> (Option<bool>, String, String) {
     )
 }
 
+/// Units present (the `/scale` status replicas): per role with instances in a unit, the instances
+/// that have pods not being deleted, divided by that role's instances per unit; the fewer.
+fn units(inputs: &StatusInputs) -> i32 {
+    let spec = &inputs.pdd.spec;
+    let per_role = [Role::Prefill, Role::Decode].into_iter().filter_map(|role| {
+        let per_unit = u32::try_from(spec.role(role).replicas).ok().filter(|n| *n > 0)?;
+        let present: std::collections::BTreeSet<u32> =
+            inputs.observed.iter().filter(|p| p.role == role && !p.deleting).map(|p| p.instance).collect();
+        Some(u32::try_from(present.len()).unwrap_or(u32::MAX) / per_unit)
+    });
+    per_role.min().map_or(spec.replicas, |u| i32::try_from(u).unwrap_or(i32::MAX))
+}
+
+/// The PDDeployment's engine pods as a label selector string.
+fn engine_selector(pdd: &PDDeployment) -> String {
+    let name = pdd.metadata.name.as_deref().unwrap_or_default();
+    format!("{}={name},{} in (decode,prefill)", render::LABEL_DEPLOYMENT, render::LABEL_ROLE)
+}
+
 fn endpoints(pdd: &PDDeployment) -> Endpoints {
     let name = pdd.metadata.name.clone().unwrap_or_default();
     let ns = pdd.metadata.namespace.clone().unwrap_or_default();
     let port = crate::api::DEFAULT_HTTP_PORT;
-    let instances = |role: Role, replicas: i32, bootstrap: bool| -> Vec<InstanceEndpoint> {
-        (0..replicas.max(0) as u32)
+    let instances = |role: Role, bootstrap: bool| -> Vec<InstanceEndpoint> {
+        (0..pdd.spec.instances(role))
             .map(|i| InstanceEndpoint {
                 instance: i,
                 http: format!("http://{}:{port}", render::leader_host(&name, &ns, role, i)),
@@ -127,8 +163,8 @@ fn endpoints(pdd: &PDDeployment) -> Endpoints {
     };
     Endpoints {
         router: pdd.spec.router.enabled.then(|| format!("http://{}.{ns}.svc:{}", render::router_name(&name), pdd.spec.router.port)),
-        prefill: instances(Role::Prefill, pdd.spec.prefill.replicas, true),
-        decode: instances(Role::Decode, pdd.spec.decode.replicas, false),
+        prefill: instances(Role::Prefill, true),
+        decode: instances(Role::Decode, false),
     }
 }
 
@@ -149,20 +185,20 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let generation = pdd.metadata.generation;
     let previous = inputs.previous.map(|s| s.conditions.clone()).unwrap_or_default();
     let (p, d) = (count(inputs, Role::Prefill), count(inputs, Role::Decode));
-    let max_unavailable = pdd.spec.rollout.max_unavailable.max(1);
     let mut conditions = Vec::new();
     let valid = inputs.validation.is_ok();
     conditions.push(match &inputs.validation {
         Ok(()) => cond(VALIDATED, Some(true), "Valid", "the spec passes every SGLang 0.5.23 rule pd-operator knows".into()),
         Err(m) => cond(VALIDATED, Some(false), "InvalidSpec", m.clone()),
     });
-    let (pa, pr, pm) = availability(Role::Prefill, &p, max_unavailable);
-    let (da, dr, dm) = availability(Role::Decode, &d, max_unavailable);
+    let unavailable = |role| i32::try_from(pdd.spec.rollout.max_unavailable(role)).unwrap_or(i32::MAX);
+    let (pa, pr, pm) = availability(Role::Prefill, &p, unavailable(Role::Prefill));
+    let (da, dr, dm) = availability(Role::Decode, &d, unavailable(Role::Decode));
     conditions.push(cond(PREFILL_AVAILABLE, pa, pr, pm));
     conditions.push(cond(DECODE_AVAILABLE, da, dr, dm));
     let (ha, hr, hm) = handshake(inputs.observed);
     conditions.push(cond(HANDSHAKE_READY, ha, &hr, hm));
-    let converged = p.updated == p.replicas && d.updated == d.replicas && p.ready == p.replicas && d.ready == d.replicas;
+    let converged = [&p, &d].iter().all(|c| c.updated >= c.replicas - c.kept && c.ready == c.replicas);
     let extra = inputs.observed.iter().any(|o| {
         let replicas = if o.role == Role::Prefill { p.replicas } else { d.replicas };
         o.instance as i32 >= replicas
@@ -210,9 +246,13 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         ready_replicas: c.ready,
         updated_replicas: c.updated,
         ready: format!("{}/{}", c.ready, c.replicas),
+        current_revision: c.current_revision.clone(),
+        update_revision: c.update_revision.clone(),
     };
     PDDeploymentStatus {
         observed_generation: generation,
+        replicas: units(inputs),
+        selector: engine_selector(pdd),
         conditions: merge(&previous, conditions, &inputs.now, generation),
         prefill: role_status(&p),
         decode: role_status(&d),
@@ -238,7 +278,7 @@ pub fn handshake_transition(
 
 /// Per decode instance, the rank map its sidecar published with a passed handshake.
 fn rank_map(inputs: &StatusInputs) -> Vec<DecodeRankMap> {
-    (0..inputs.pdd.spec.decode.replicas.max(0) as u32)
+    (0..inputs.pdd.spec.instances(Role::Decode))
         .filter_map(|i| {
             let published = inputs.observed.iter().filter(|p| p.role == Role::Decode && p.instance == i && !p.deleting).find_map(|p| {
                 let h = p.handshake.as_ref().filter(|h| h.passed)?;

@@ -184,6 +184,13 @@ fn snapshot(v: &Verdicts) -> Vec<(String, Option<Verdict>)> {
     lock(v).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
+/// When an undecided check or a refused write is tried again: from `RETRY_MIN` doubling to
+/// `RETRY_MAX`, jittered so the decodes of one prefill do not probe it in step, never giving up.
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default().with_min_delay(RETRY_MIN).with_max_delay(RETRY_MAX).with_jitter().without_max_times().build()
+}
+
 /// `--once`: decide every prefill, print the report, return the exit code (0, 1 or 3).
 pub async fn run_once(cfg: &SidecarConfig, timeout: Duration) -> Result<(Value, u8), SidecarError> {
     let addrs = addresses(cfg)?;
@@ -191,7 +198,7 @@ pub async fn run_once(cfg: &SidecarConfig, timeout: Duration) -> Result<(Value, 
     let checks = addrs.iter().map(|addr| {
         let d = cfg.decode.clone();
         async move {
-            let mut delay = RETRY_MIN;
+            let mut delays = retry_delays();
             let mut dial_rounds = 0;
             loop {
                 let v = probe::probe(addr, &d).await;
@@ -204,11 +211,11 @@ pub async fn run_once(cfg: &SidecarConfig, timeout: Duration) -> Result<(Value, 
                     Verdict::Failed { .. } => !unreachable || dial_rounds >= DIAL_ROUNDS,
                     Verdict::Pending { .. } => false,
                 };
+                let delay = delays.next().unwrap_or(RETRY_MAX);
                 if settled || Instant::now() + delay >= deadline {
                     return (addr.clone(), v, settled);
                 }
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(RETRY_MAX);
             }
         }
     });
@@ -258,17 +265,16 @@ async fn watch_prefill(addr: String, d: DecodeTopology, verdicts: Verdicts, chan
             changed.send_replace(());
         }
     };
-    let mut delay = RETRY_MIN;
+    let mut delays = retry_delays();
     loop {
         let v = probe::probe(&addr, &d).await;
         let passed = v.passed();
         publish(v);
         if !passed {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(RETRY_MAX);
+            tokio::time::sleep(delays.next().unwrap_or(RETRY_MAX)).await;
             continue;
         }
-        delay = RETRY_MIN;
+        delays = retry_delays();
         // Passed: follow the decode's heartbeat until the prefill is lost or it is time to re-check.
         let since = Instant::now();
         let mut failures = 0;
@@ -306,6 +312,7 @@ async fn report_to_pod(client: kube::Client, (ns, name): (String, String), verdi
     let pods: kube::Api<Pod> = kube::Api::namespaced(client, &ns);
     let mut last: Option<Aggregate> = None;
     let mut transition = jiff::Timestamp::now();
+    let mut delays = retry_delays();
     loop {
         let snap = snapshot(&verdicts);
         let agg = aggregate(&snap);
@@ -322,10 +329,11 @@ async fn report_to_pod(client: kube::Client, (ns, name): (String, String), verdi
                 Ok(_) => {
                     info!(pod = %name, passed = agg.passed, reason = %agg.reason, "reported the handshake to the pod");
                     last = Some(agg);
+                    delays = retry_delays();
                 }
                 Err(e) => {
                     warn!(pod = %name, error = %e, "cannot report the handshake to the pod; retrying");
-                    tokio::time::sleep(RETRY_MIN).await;
+                    tokio::time::sleep(delays.next().unwrap_or(RETRY_MAX)).await;
                     continue;
                 }
             }

@@ -29,7 +29,7 @@ pub fn config_ref(req: &AdmissionRequest<DynamicObject>) -> Option<(String, Stri
     let obj = req.object.as_ref()?;
     let r = obj.data.get("spec")?.get("model")?.get("configMapRef")?;
     let name = r.get("name")?.as_str()?.to_owned();
-    let key = r.get("key").and_then(Value::as_str).unwrap_or("config.json").to_owned();
+    let key = r.get("key").and_then(Value::as_str).map_or_else(crate::api::default_config_key, str::to_owned);
     let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
     Some((ns, name, key))
 }
@@ -75,7 +75,7 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Ad
         };
     let facts = model::resolve(&pdd.spec.model, config.as_ref());
     let findings = validate::validate_with_facts(&name, &pdd.spec, &facts);
-    let line = |f: &validate::Finding| format!("{}: {} (fix: {})", f.field, f.message, f.fix);
+    let line = validate::Finding::to_string;
     let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
     let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
     if req.operation == Operation::Update
