@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test chaos parity parity-sample image-test e2e-kind tools build lint crd bench-serving
+.PHONY: demo demo-down test chaos parity parity-sample image-test gateway-image e2e-kind tools build lint crd bench-serving
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -17,6 +17,9 @@ chaos:           ## control-plane and operator faults on a local control plane o
 
 image-test:      ## build the image from the Dockerfile offline (local bases) and run it
 	hack/image-test.sh
+
+gateway-image:   ## the PD router image (SGLang's smg gateway on Debian's python3), built offline
+	hack/gateway-image.sh
 
 e2e-kind:        ## kind cluster from an offline-built node image; chart, webhook and handshake on real pods
 	hack/kind-e2e.sh

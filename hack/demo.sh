@@ -2,8 +2,8 @@
 # `make demo`: validate and render the examples offline; start the local control plane
 # (state in .cluster/); install the CRD and the Helm chart; run the operator on this host under
 # the chart's ServiceAccount (its RBAC) with the chart's webhook registration pointed at it;
-# show the Qwen `dcp: 2` mistake denied at admission and the valid examples reconciled.
-# Leaves everything running. `make demo-down` stops it.
+# show the Qwen `dcp: 2` mistake denied at admission and the valid examples reconciled; end with a
+# chat completion through SGLang's gateway (smg) in front of sim engines. Leaves everything running. `make demo-down` stops it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -16,7 +16,7 @@ RELEASE=pd-operator
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 stop_operator() {
-  for f in operator.pid sim-prefill.pid sidecar.pid; do
+  for f in operator.pid sim-prefill.pid sidecar.pid serve-prefill.pid serve-decode.pid smg.pid; do
     if [ -f "$PD_CLUSTER_DIR/$f" ]; then
       kill "$(cat "$PD_CLUSTER_DIR/$f")" 2>/dev/null || true
       rm -f "$PD_CLUSTER_DIR/$f"
@@ -32,6 +32,47 @@ start_sim_prefill() {
   nohup "$PD" sim prefill --tp-size 2 --page-size 64 --host 127.0.0.1 --port "$(free_port)" \
     --disaggregation-bootstrap-port "$SIM_BOOTSTRAP" "$@" >>"$PD_CLUSTER_DIR/logs/sim-prefill.log" 2>&1 &
   echo $! >"$PD_CLUSTER_DIR/sim-prefill.pid"
+}
+
+# start_bg NAME CMD...: a host process of the demo, logged and stopped by `make demo-down`.
+start_bg() {
+  local name=$1; shift
+  nohup "$@" >"$PD_CLUSTER_DIR/logs/$name.log" 2>&1 &
+  echo $! >"$PD_CLUSTER_DIR/$name.pid"
+}
+
+# The engine argv the operator rendered for a pod, one argument a line.
+pod_args() {
+  kubectl get pod "$1" -o json | python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)["spec"]["containers"][0]["args"]))'
+}
+
+# Requests end to end: the sim example's prefill and decode with the argv the operator rendered for
+# their pods (host and ports moved to this host's loopback; kwok runs no containers), behind smg in
+# PD mode, which the router Deployment runs (there it finds the pods by Kubernetes discovery).
+serve_completion() {
+  local py ph pb dh gw args
+  py=$(hack/smg-venv.sh | tail -n 1)
+  ph=$(free_port); pb=$(free_port); dh=$(free_port); gw=$(free_port)
+  mapfile -t args < <(pod_args sim-dsv3-prefill-0-0)
+  start_bg serve-prefill "$PD" sim engine "${args[@]}" --host 127.0.0.1 --port "$ph" --disaggregation-bootstrap-port "$pb"
+  mapfile -t args < <(pod_args sim-dsv3-decode-0-0)
+  start_bg serve-decode "$PD" sim engine "${args[@]}" --host 127.0.0.1 --port "$dh"
+  start_bg smg "$py" -m smg.launch_router --pd-disaggregation --prefill "http://127.0.0.1:$ph" "$pb" \
+    --decode "http://127.0.0.1:$dh" --host 127.0.0.1 --port "$gw" --prometheus-port "$(free_port)"
+  local body='{"model": "deepseek-ai/DeepSeek-V3", "messages": [{"role": "user", "content": "What does the decode read from the prefill?"}], "max_tokens": 12}'
+  echo "$ curl -s http://127.0.0.1:$gw/v1/chat/completions -d '$body'"
+  for _ in $(seq 1 120); do
+    if out=$(curl -sf -m 10 "http://127.0.0.1:$gw/v1/chat/completions" -H 'Content-Type: application/json' -d "$body"); then
+      echo "$out" | python3 -m json.tool
+      echo "KV pulled by each decode rank (decode /get_server_info kv_transfers):"
+      curl -s "http://127.0.0.1:$dh/get_server_info" | python3 -c 'import json, sys
+for r in json.load(sys.stdin)["kv_transfers"]: print("  decode rank %s <- prefill rank %s: %s pulls, %s bytes" % (r["decode_engine_rank"], r["prefill_tp_rank"], r["pulls"], r["bytes"]))'
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "no completion through smg after 60 s; logs: $PD_CLUSTER_DIR/logs/{smg,serve-prefill,serve-decode}.log" >&2
+  return 1
 }
 
 handshake_condition() {
@@ -130,6 +171,9 @@ start_sim_prefill
 for _ in $(seq 1 60); do handshake_condition | grep -q '^True' && break; sleep 0.5; done
 echo "HandshakeReady: $(handshake_condition)"
 echo "status.rankMap: $(kubectl get pdd sim-dsv3 -o jsonpath='{.status.rankMap}')"
+
+say "requests: a chat completion through SGLang's gateway (smg) to the sim prefill and decode"
+serve_completion
 
 say "the cluster and the operator keep running; to use them:"
 echo "$EXPORT"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the operator image from ./Dockerfile offline (hack/image.sh) on a Docker engine started
 # here if none runs (hack/docker.sh), then runs it: the binary's version, and the image's sidecar
-# (`handshake run --once`) against the image's prefill stand-in, container to container.
+# (`handshake run --once`) against the image's prefill stand-in, container to container. Then the
+# router image (hack/gateway-image.sh): smg in PD mode, read-only and non-root as the router pod
+# runs, answers a chat completion from the image's sim prefill and decode.
 # Fails loudly when Docker cannot start: this step is never skipped.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,7 +11,7 @@ cd "$ROOT"
 source hack/lib/docker.sh
 ensure_docker image-test
 cleanup() {
-  docker rm -f pd-image-test-prefill >/dev/null 2>&1 || true
+  docker rm -f pd-image-test-prefill pd-image-test-decode pd-image-test-gateway >/dev/null 2>&1 || true
   release_docker
 }
 trap cleanup EXIT
@@ -31,4 +33,28 @@ echo "[image-test] sidecar report: ${report:0:200}..."
 case "$report" in
   '{"ok":true'*) echo "[image-test] passed: the image's sidecar completed the handshake against the image's prefill stand-in" ;;
   *) echo "[image-test] FAIL"; docker logs pd-image-test-prefill 2>&1 | tail -20; exit 1 ;;
+esac
+
+GATEWAY=$(hack/gateway-image.sh)
+echo "[image-test] router image $GATEWAY: $(docker image inspect "$GATEWAY" --format '{{.Size}}') bytes, user $(docker image inspect "$GATEWAY" --format '{{.Config.User}}')"
+docker run -d --name pd-image-test-decode --network pd-image-test "$IMAGE" \
+  sim decode --tp-size 2 --page-size 64 --host 0.0.0.0 --port 30000 >/dev/null
+docker run -d --name pd-image-test-gateway --network pd-image-test --read-only --user 65532:65532 "$GATEWAY" \
+  --pd-disaggregation --prefill http://pd-image-test-prefill:30000 8998 --decode http://pd-image-test-decode:30000 \
+  --host 0.0.0.0 --port 8000 >/dev/null
+answer=$(docker run --rm --network pd-image-test --entrypoint python3 "$GATEWAY" -c '
+import json, time, urllib.request
+body = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+for _ in range(120):
+    try:
+        req = urllib.request.Request("http://pd-image-test-gateway:8000/v1/chat/completions", data=body, headers={"Content-Type": "application/json"})
+        print(urllib.request.urlopen(req, timeout=10).read().decode()); break
+    except Exception as e:
+        last = e; time.sleep(0.5)
+else:
+    print("no answer:", last)' || true)
+echo "[image-test] router answer: ${answer:0:200}"
+case "$answer" in
+  *'"object":"chat.completion"'*) echo "[image-test] passed: the router image routed a chat completion through the sim prefill and decode" ;;
+  *) echo "[image-test] FAIL"; docker logs pd-image-test-gateway 2>&1 | tail -20; exit 1 ;;
 esac

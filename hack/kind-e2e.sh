@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The kind tier (`make e2e-kind`): real kubelet, containerd and kube-proxy, our image from our
-# Dockerfile, the chart installed with helm, the webhook reached through its Service, and the
-# handshake sidecar talking to running prefill pods. Everything is built here offline and cached
-# (hack/kind-node.sh, hack/image.sh); the cluster is deleted at the end, and a dockerd started here
+# Dockerfile, the chart installed with helm, the webhook reached through its Service, the
+# handshake sidecar talking to running prefill pods, and requests through the smg router image to
+# sim engines moving KV along the rank map. Everything is built here offline and cached
+# (hack/kind-node.sh, hack/image.sh, hack/gateway-image.sh); the cluster is deleted at the end, and a dockerd started here
 # is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
 #   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster running (kubeconfig path is printed)
 set -euo pipefail
@@ -32,6 +33,8 @@ log "tools ready after $(( $(date +%s) - start ))s"
 
 IMAGE=$(hack/image.sh)
 log "operator image $IMAGE ready after $(( $(date +%s) - start ))s"
+GATEWAY_IMAGE=$(hack/gateway-image.sh)
+log "gateway image $GATEWAY_IMAGE ready after $(( $(date +%s) - start ))s"
 
 cleanup() {
   local rc=$?
@@ -56,7 +59,7 @@ t=$(date +%s)
 "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config hack/kind/cluster.yaml \
   --kubeconfig "$KUBECONFIG_FILE" --wait 5m >&2
 log "cluster up in $(( $(date +%s) - t ))s"
-"$KIND" load docker-image "$IMAGE" --name "$CLUSTER" >&2
+"$KIND" load docker-image "$IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
 
 # NetworkPolicy is enforced (kube-router's firewall only; docs/kind.md "NetworkPolicy"), and in
 # place before anything else is installed. PD_KIND_NETPOL_CHECK=1 also proves it (hack/netpol-check.sh).
@@ -96,7 +99,7 @@ log "running tests/e2e_kind.rs against the cluster"
 t=$(date +%s)
 set +e
 PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
-  PD_KIND_OPERATOR_IMAGE="$IMAGE" \
+  PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
   cargo test --locked --test e2e_kind -- --ignored --test-threads 4 2>&1 | tee "$STATE/test.log" >&2
 rc=${PIPESTATUS[0]}
 set -e

@@ -5,5 +5,6 @@
 set -euo pipefail
 # shellcheck source=hack/lib/venv.sh
 source "$(dirname "$0")/lib/venv.sh"
-SMG_VERSION=1.13.0
+# shellcheck source=hack/lib/smg.sh
+source "$(dirname "$0")/lib/smg.sh"
 cached_venv "smg-${SMG_VERSION}" 'import smg.launch_router' "smg==${SMG_VERSION}"

@@ -24,6 +24,9 @@ pub const DEFAULT_HTTP_PORT: u16 = 30000;
 pub const DEFAULT_ROUTER_PORT: u16 = 8000;
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
 pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
+/// The PD router for both engine types: SGLang's model gateway (PyPI `smg`) on Debian's Python,
+/// built by hack/gateway-image.sh (which reads the smg version from this tag).
+pub const DEFAULT_ROUTER_IMAGE: &str = "pd-operator-gateway:smg-1.13.0";
 
 /// A prefill/decode disaggregated SGLang deployment: prefill and decode engine pools that share
 /// one model and one KV-transfer configuration, plus the PD router in front of them.
@@ -283,7 +286,7 @@ flag_enum!(
 );
 
 flag_enum!(
-    /// sgl-router load-balancing policy.
+    /// The model gateway's (`smg --policy`) load-balancing policy.
     RouterPolicy {
         CacheAware => "cache_aware",
         RoundRobin => "round_robin",
@@ -526,7 +529,8 @@ pub struct RouterSpec {
     pub replicas: i32,
     #[serde(default)]
     pub policy: RouterPolicy,
-    /// Router image; defaults to the engine image (which ships `sglang_router`).
+    /// Router image: SGLang's model gateway (`smg`), run as `python3 -m smg.launch_router`;
+    /// defaults to pd-operator's gateway image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     #[serde(default = "default_router_port")]

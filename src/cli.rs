@@ -61,7 +61,7 @@ pub enum Command {
     Handshake(HandshakeCommand),
     /// Run the controller: reconcile PDDeployments into engine pods, services and a router.
     Controller(Box<ControllerArgs>),
-    /// GPU-free stand-ins for SGLang engines and the router (demo, kind e2e).
+    /// GPU-free stand-ins for SGLang engines (demo, kind e2e), and a load generator.
     #[command(subcommand)]
     Sim(SimCommand),
 }
@@ -74,8 +74,6 @@ pub enum SimCommand {
     Prefill(PassThroughArgs),
     /// A decode: the engine's health endpoint.
     Decode(PassThroughArgs),
-    /// The router: `sglang_router.launch_router`'s argv, serving `/health`.
-    Router(PassThroughArgs),
     /// A closed-loop load generator for the serving benchmark (`--target`, `--concurrency`,
     /// `--requests`, `--model`, `--max-tokens`, `--prompt-bytes`, `--stream`; `--prefill` with `--bootstrap`
     /// plays the gateway). Prints one JSON line.
@@ -84,7 +82,7 @@ pub enum SimCommand {
 
 #[derive(Args, Debug)]
 pub struct PassThroughArgs {
-    /// SGLang's flags, as a real engine or router would get them; `--sim-page-size N`,
+    /// SGLang's flags, as a real engine would get them; `--sim-page-size N`,
     /// `--sim-kv-cache-dtype D`, `--sim-hold-registrations N` inject faults.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub args: Vec<String>,
@@ -351,7 +349,6 @@ fn run_sidecar(args: RunArgs) -> ExitCode {
 
 enum SimKind {
     Engine,
-    Router,
     Bench,
 }
 
@@ -361,7 +358,6 @@ fn run_sim(cmd: SimCommand) -> ExitCode {
         SimCommand::Engine(a) => (SimKind::Engine, a.args),
         SimCommand::Prefill(a) => (SimKind::Engine, [vec!["--disaggregation-mode".into(), "prefill".into()], a.args].concat()),
         SimCommand::Decode(a) => (SimKind::Engine, [vec!["--disaggregation-mode".into(), "decode".into()], a.args].concat()),
-        SimCommand::Router(a) => (SimKind::Router, a.args),
         SimCommand::Bench(a) => (SimKind::Bench, a.args),
     };
     let rt = match runtime() {
@@ -372,7 +368,6 @@ fn run_sim(cmd: SimCommand) -> ExitCode {
         let stop = crate::shutdown::token("the stand-in");
         match kind {
             SimKind::Engine => engine::run_engine(&args, stop).await,
-            SimKind::Router => engine::run_router(&args, stop).await,
             SimKind::Bench => crate::sim::loadgen::run(&args).await,
         }
     });

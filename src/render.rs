@@ -22,7 +22,9 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::api::Role;
-use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec};
+use crate::api::{
+    DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec,
+};
 use crate::model::{KvPool, ModelFacts};
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -84,9 +86,10 @@ pub fn default_operator_image() -> String {
 pub struct Rendered {
     pub services: Vec<Service>,
     pub config_maps: Vec<ConfigMap>,
-    /// The decode pods' ServiceAccount, unless the decode template names its own.
+    /// The decode pods' ServiceAccount (unless the decode template names its own) and the router's.
     pub service_accounts: Vec<ServiceAccount>,
-    /// What the handshake sidecar may do: patch the status of its PDDeployment's decode pods.
+    /// What the handshake sidecar may do (patch the status of its PDDeployment's decode pods) and
+    /// what the router's discovery may do (read the namespace's pods).
     pub roles: Vec<RbacRole>,
     pub role_bindings: Vec<RoleBinding>,
     /// Engine pods, one entry per instance of each role.
@@ -651,8 +654,13 @@ impl PodSlot<'_> {
         labels.insert(LABEL_SERVING.into(), "true".into());
         let pod_name = pod_name(self.name, self.role, self.instance, self.node);
         let mut metadata = meta(pod_name.clone(), self.ns, labels, self.owners);
-        if !t.annotations.is_empty() {
-            metadata.annotations = Some(t.annotations.clone());
+        let mut annotations = t.annotations.clone();
+        if self.role == Role::Prefill && self.node == 0 {
+            // Where the router's discovery learns the bootstrap port it stamps into requests.
+            annotations.insert(BOOTSTRAP_PORT_ANNOTATION.into(), self.spec.kv_transfer.bootstrap_port.to_string());
+        }
+        if !annotations.is_empty() {
+            metadata.annotations = Some(annotations);
         }
         let mut spec = PodSpec {
             hostname: Some(pod_name),
@@ -726,46 +734,95 @@ fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &st
     }
 }
 
-fn router_objects(
-    spec: &PDDeploymentSpec,
-    name: &str,
-    ns: &str,
-    owners: &Option<Vec<OwnerReference>>,
-    opts: &RenderOptions,
-) -> (Deployment, Service) {
+/// The annotation smg's Kubernetes discovery reads a prefill pod's bootstrap port from (fixed in
+/// smg 1.13.0; no flag renames it).
+pub const BOOTSTRAP_PORT_ANNOTATION: &str = "sglang.ai/bootstrap-port";
+/// Where the router serves Prometheus metrics (`smg_*`; smg's own default port, made explicit).
+pub const ROUTER_METRICS_PORT: u16 = 29000;
+/// What runs the router: SGLang's model gateway, for both engine types.
+const ROUTER_COMMAND: [&str; 3] = ["python3", "-m", "smg.launch_router"];
+
+/// Name of the router's ServiceAccount, Role and RoleBinding (as of its Deployment and Service).
+pub fn router_rbac_name(name: &str) -> String {
+    router_name(name)
+}
+
+/// The labels smg's discovery selects one role's serving pods by: the leader (node 0) of each
+/// instance, the only pod of a multi-node instance that serves HTTP, while it is in the pool (an
+/// instance being drained leaves it before its pods are deleted).
+fn discovery_selector(name: &str, role: Role) -> Vec<String> {
+    vec![
+        format!("{LABEL_DEPLOYMENT}={name}"),
+        format!("{LABEL_ROLE}={}", role.as_str()),
+        format!("{LABEL_NODE_RANK}=0"),
+        format!("{LABEL_SERVING}=true"),
+    ]
+}
+
+/// smg's argv: PD mode, workers found by watching this namespace's pods (only Ready ones are
+/// routed, so a decode joins once its handshake gate passes, and scaling needs no restart);
+/// prefill bootstrap ports come from the pods' `sglang.ai/bootstrap-port` annotation.
+pub fn router_args(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Vec<String> {
     let r = &spec.router;
-    let labels = common_labels(name, ROUTER_ROLE);
-    let mut args = vec!["--pd-disaggregation".to_owned()];
-    for i in 0..spec.instances(Role::Prefill) {
-        args.push("--prefill".into());
-        args.push(format!("http://{}:{DEFAULT_HTTP_PORT}", leader_host(name, ns, Role::Prefill, i)));
-        args.push(spec.kv_transfer.bootstrap_port.to_string());
-    }
-    for i in 0..spec.instances(Role::Decode) {
-        args.push("--decode".into());
-        args.push(format!("http://{}:{DEFAULT_HTTP_PORT}", leader_host(name, ns, Role::Decode, i)));
-    }
+    let mut args: Vec<String> =
+        ["--pd-disaggregation", "--discovery-provider", "kubernetes", "--service-discovery-namespace", ns].map(String::from).into();
+    args.extend(["--service-discovery-port".into(), DEFAULT_HTTP_PORT.to_string()]);
+    args.push("--prefill-selector".into());
+    args.extend(discovery_selector(name, Role::Prefill));
+    args.push("--decode-selector".into());
+    args.extend(discovery_selector(name, Role::Decode));
     args.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), r.port.to_string(), "--policy".into(), r.policy.to_string()]);
+    args.extend(["--prometheus-host".into(), "0.0.0.0".into(), "--prometheus-port".into(), ROUTER_METRICS_PORT.to_string()]);
     args.extend(r.extra_args.iter().cloned());
-    let (image, command) = match spec.engine.engine_type {
-        EngineType::Sglang => (
-            r.image.clone().unwrap_or_else(|| engine_image(spec, opts)),
-            vec!["python3".into(), "-m".into(), "sglang_router.launch_router".into()],
-        ),
-        EngineType::Sim => {
-            (r.image.clone().unwrap_or_else(|| opts.operator_image.clone()), vec!["pd-operator".into(), "sim".into(), "router".into()])
-        }
+    args
+}
+
+/// The router's own identity: read (get, list, watch) the pods of its namespace, which smg's
+/// discovery watches; nothing else. Returns the ServiceAccount, Role and RoleBinding.
+fn router_rbac(name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (ServiceAccount, RbacRole, RoleBinding) {
+    let labels = common_labels(name, ROUTER_ROLE);
+    let rbac = router_rbac_name(name);
+    let account = ServiceAccount { metadata: meta(rbac.clone(), ns, labels.clone(), owners), ..Default::default() };
+    let role = RbacRole {
+        metadata: meta(rbac.clone(), ns, labels.clone(), owners),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: ["get", "list", "watch"].map(String::from).into(),
+            ..Default::default()
+        }]),
     };
-    let container = Container {
+    let binding = RoleBinding {
+        metadata: meta(rbac.clone(), ns, labels, owners),
+        role_ref: RoleRef { api_group: Some("rbac.authorization.k8s.io".into()), kind: "Role".into(), name: rbac.clone() },
+        subjects: Some(vec![Subject { kind: "ServiceAccount".into(), name: rbac, namespace: Some(ns.to_owned()), ..Default::default() }]),
+    };
+    (account, role, binding)
+}
+
+fn router_container(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Container {
+    let r = &spec.router;
+    Container {
         name: "router".into(),
-        image: Some(image),
+        image: Some(r.image.clone().unwrap_or_else(|| DEFAULT_ROUTER_IMAGE.into())),
         image_pull_policy: spec.engine.image_pull_policy.clone(),
-        command: Some(command),
-        args: Some(args),
-        ports: Some(vec![port("http", r.port)]),
+        command: Some(ROUTER_COMMAND.map(String::from).into()),
+        args: Some(router_args(spec, name, ns)),
+        ports: Some(vec![port("http", r.port), port("metrics", ROUTER_METRICS_PORT)]),
         readiness_probe: Some(http_probe("/health", "http", 5, 3)),
         resources: r.resources.clone(),
         security_context: Some(restricted_security_context()),
+        ..Default::default()
+    }
+}
+
+fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (Deployment, Service) {
+    let r = &spec.router;
+    let labels = common_labels(name, ROUTER_ROLE);
+    let pod_spec = PodSpec {
+        containers: vec![router_container(spec, name, ns)],
+        service_account_name: Some(router_rbac_name(name)),
+        enable_service_links: Some(false),
         ..Default::default()
     };
     let deployment = Deployment {
@@ -775,7 +832,7 @@ fn router_objects(
             selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta { labels: Some(labels.clone()), ..Default::default() }),
-                spec: Some(PodSpec { containers: vec![container], enable_service_links: Some(false), ..Default::default() }),
+                spec: Some(pod_spec),
             },
             ..Default::default()
         },
@@ -843,7 +900,11 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     out.network_policies = netpol::policies(spec, name, &ns, &owners);
     out.pod_groups = placement::pod_groups(spec, name, &ns, &owners, opts);
     if spec.router.enabled {
-        let (deployment, service) = router_objects(spec, name, &ns, &owners, opts);
+        let (deployment, service) = router_objects(spec, name, &ns, &owners);
+        let (account, role, binding) = router_rbac(name, &ns, &owners);
+        out.service_accounts.push(account);
+        out.roles.push(role);
+        out.role_bindings.push(binding);
         out.services.push(service);
         out.deployments.push(deployment);
     }

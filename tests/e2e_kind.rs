@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{PAGE_SIZE_32_VS_64, TestNamespace, cluster, condition, repo_path, text, wait_for};
@@ -160,6 +161,285 @@ fn a_page_size_mismatch_keeps_decode_pods_out_of_service_with_sglangs_message() 
         assert_eq!(v["status"]["decode"]["readyReplicas"].as_i64().unwrap_or(0), 0, "{}", v["status"]);
         std::thread::sleep(Duration::from_millis(500));
     }
+    // smg's discovery routes Ready pods only: the prefill joins the router, the decodes (engines
+    // running, gate failing) do not, and a request finds no decode to go to.
+    let client = Client::start(&ns);
+    let router = format!("{name}-router");
+    wait_for(WAIT, "the router to discover the prefill", || {
+        let w = client.workers(&router)?;
+        (w.0 == 1).then_some(()).ok_or_else(|| format!("{w:?}"))
+    });
+    assert_eq!(client.workers(&router), Ok((1, 0)), "a decode that failed its handshake is routed");
+    let url = format!("http://{router}:{}/v1/chat/completions", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let (status, body) = client.post(&url, &chat_body(2, false));
+    assert_ne!(status, 200, "answered without a decode: {body}");
+    eprintln!("through the router with no Ready decode: {status} {body}");
+}
+
+/// The traffic deployment: two prefills and two decodes of two pods each (TP4 over 2 "GPUs" a
+/// pod), round-robin so both decodes serve; MLA, so decode rank e reads prefill rank e.
+const TRAFFIC_MODEL: &str = "deepseek-ai/DeepSeek-V3";
+
+fn traffic_pdd(name: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model: {{path: {TRAFFIC_MODEL}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 4}}, template: {{extraArgs: [--sim-itl-ms, '5']}}}}\n  decode: {{replicas: 2, parallelism: {{tp: 4}}, gpusPerNode: 2, template: {{extraArgs: [--sim-itl-ms, '5']}}}}\n  router: {{policy: round_robin}}\n"
+    )
+}
+
+fn gateway_image() -> String {
+    std::env::var("PD_KIND_GATEWAY_IMAGE").unwrap_or_else(|_| pd_operator::api::DEFAULT_ROUTER_IMAGE.to_owned())
+}
+
+/// One request from inside the cluster (the client pod runs the gateway image, which has Python):
+/// a POST of the second argument, or a GET without one; status and body; status 0 when the
+/// connection itself failed.
+const POST_SCRIPT: &str = "import json, sys, urllib.request, urllib.error\nreq = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode() if len(sys.argv) > 2 else None, headers={'Content-Type': 'application/json'})\ntry:\n    with urllib.request.urlopen(req, timeout=60) as r:\n        print(json.dumps({'status': r.status, 'body': r.read().decode()}))\nexcept urllib.error.HTTPError as e:\n    print(json.dumps({'status': e.code, 'body': e.read().decode()}))\nexcept Exception as e:\n    print(json.dumps({'status': 0, 'body': repr(e)}))\n";
+
+struct Client<'a> {
+    ns: &'a TestNamespace,
+}
+
+impl<'a> Client<'a> {
+    fn start(ns: &'a TestNamespace) -> Self {
+        let pod = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: client}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {}, imagePullPolicy: IfNotPresent, command: [sleep, infinity]}}\n",
+            gateway_image()
+        );
+        let o = ns.apply(&pod);
+        assert!(o.status.success(), "{}", text(&o));
+        wait_for(WAIT, "the client pod Ready", || {
+            let p = ns.get_json("pod", "client")?;
+            is_ready(&p).then_some(()).ok_or_else(|| p["status"].to_string())
+        });
+        Self { ns }
+    }
+
+    fn post(&self, url: &str, body: &Value) -> (u64, String) {
+        let body = body.to_string();
+        let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, url, &body]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| json!({"status": 0, "body": text(&o)}));
+        (v["status"].as_u64().unwrap_or(0), v["body"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// The router's worker list (`GET /workers`): how many prefill and decode workers it routes to.
+    fn workers(&self, router: &str) -> Result<(u64, u64), String> {
+        let url = format!("http://{router}:{}/workers", pd_operator::api::DEFAULT_ROUTER_PORT);
+        let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, &url]);
+        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
+        let w: Value = serde_json::from_str(v["body"].as_str().unwrap_or_default()).map_err(|e| format!("{e}: {v}"))?;
+        let count = |k: &str| w["stats"][k].as_u64().ok_or_else(|| w.to_string());
+        Ok((count("prefill_count")?, count("decode_count")?))
+    }
+}
+
+fn chat_body(max_tokens: u64, stream: bool) -> Value {
+    json!({"model": TRAFFIC_MODEL, "messages": [{"role": "user", "content": "What is prefill/decode disaggregation?"}], "max_tokens": max_tokens, "stream": stream})
+}
+
+/// `pd-operator sim bench` in a pod of its own against `target`: its one-line JSON summary.
+fn bench(ns: &TestNamespace, pod: &str, target: &str, requests: u32, concurrency: u32) -> Value {
+    let image = std::env::var("PD_KIND_OPERATOR_IMAGE").expect("PD_KIND_OPERATOR_IMAGE");
+    let (r, c) = (requests.to_string(), concurrency.to_string());
+    let args =
+        ["run", pod, "-n", &ns.name, "--image", &image, "--image-pull-policy", "IfNotPresent", "--restart", "Never", "--command", "--"];
+    let cmd = [
+        "pd-operator",
+        "sim",
+        "bench",
+        "--target",
+        target,
+        "--model",
+        TRAFFIC_MODEL,
+        "--requests",
+        &r,
+        "--concurrency",
+        &c,
+        "--max-tokens",
+        "8",
+    ];
+    let o = cluster().kubectl(&[&args[..], &cmd[..]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for(WAIT, "the load generator to finish", || {
+        let p = ns.get_json("pod", pod)?;
+        match p["status"]["phase"].as_str() {
+            Some("Succeeded") => Ok(()),
+            Some("Failed") => panic!("load generator failed: {}", text(&cluster().kubectl(&["logs", "-n", &ns.name, pod]))),
+            _ => Err(p["status"].to_string()),
+        }
+    });
+    let o = cluster().kubectl(&["logs", "-n", &ns.name, pod]);
+    let line = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_owned();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("load generator printed {line:?}: {e}"))
+}
+
+/// A sim pod's own API through the apiserver's pod proxy.
+fn pod_get(ns: &str, pod: &str, path: &str) -> String {
+    let o = cluster().kubectl(&["get", "--raw", &format!("/api/v1/namespaces/{ns}/pods/{pod}:30000/proxy{path}")]);
+    assert!(o.status.success(), "GET {pod}{path}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Requests a decode instance finished (SGLang's `sglang:num_requests_total`, both stream labels).
+fn served(ns: &str, pod: &str) -> u64 {
+    pod_get(ns, pod, "/metrics")
+        .lines()
+        .filter(|l| l.starts_with("sglang:num_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Every decode rank pulled from exactly the prefill ranks the sidecar's rank map names, once per
+/// request its instance served. Returns the requests each decode instance served.
+fn transfers_follow_the_rank_map(ns: &str, name: &str, rank_map: &[Value]) -> Vec<u64> {
+    let mut per_instance = Vec::new();
+    for map in rank_map {
+        let i = map["decodeInstance"].as_u64().unwrap();
+        let leader = format!("{name}-decode-{i}-0");
+        let n = served(ns, &leader);
+        let info: Value = serde_json::from_str(&pod_get(ns, &leader, "/get_server_info")).unwrap();
+        let rows = info["kv_transfers"].as_array().cloned().unwrap_or_default();
+        let got: BTreeSet<(u64, u64)> =
+            rows.iter().map(|r| (r["decode_engine_rank"].as_u64().unwrap(), r["prefill_tp_rank"].as_u64().unwrap())).collect();
+        let want: BTreeSet<(u64, u64)> = map["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["tpRanks"].as_array().unwrap().iter().map(|t| (r["engineRank"].as_u64().unwrap(), t.as_u64().unwrap())))
+            .collect();
+        assert_eq!(got, want, "decode instance {i}: pulled pairs vs the rank map {map}");
+        for r in &rows {
+            assert_eq!(r["pulls"].as_u64(), Some(n), "decode instance {i} served {n} requests: {r}");
+        }
+        per_instance.push(n);
+    }
+    per_instance
+}
+
+/// Discovery, not a restart: a third decode instance joins the same router pod once Ready, and
+/// the workers are instance leaders only (a two-pod decode is one worker).
+fn scale_decode_without_a_router_restart(ns: &TestNamespace, client: &Client, name: &str) {
+    let router = format!("{name}-router");
+    let selector = "pd.inference.dev/role=router";
+    let before: Vec<Value> = pods(&ns.name, selector).iter().map(|p| p["metadata"]["uid"].clone()).collect();
+    assert_eq!(client.workers(&router), Ok((2, 2)), "two prefill and two decode leaders");
+    let o = cluster().kubectl(&["patch", "pdd", name, "-n", &ns.name, "--type=merge", "-p", r#"{"spec":{"decode":{"replicas":3}}}"#]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_traffic_ready(ns, name, 3);
+    wait_for(WAIT, "the router routing to three decode instances", || {
+        let w = client.workers(&router)?;
+        (w == (2, 3)).then_some(()).ok_or_else(|| format!("{w:?}"))
+    });
+    let after: Vec<Value> = pods(&ns.name, selector).iter().map(|p| p["metadata"]["uid"].clone()).collect();
+    assert_eq!(before, after, "the router pod was replaced on scale");
+}
+
+/// The router's retries so far (`smg_worker_retries_total`, all labels), through the pod proxy.
+fn router_retries(ns: &str) -> f64 {
+    let router = pods(ns, "pd.inference.dev/role=router");
+    let pod = router[0]["metadata"]["name"].as_str().unwrap();
+    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:{}/proxy/metrics", pd_operator::render::ROUTER_METRICS_PORT);
+    let o = cluster().kubectl(&["get", "--raw", &path]);
+    assert!(o.status.success(), "router metrics: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("smg_worker_retries_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn sse_deltas(body: &str) -> usize {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|e| e["choices"][0]["delta"]["content"].is_string())
+        .count()
+}
+
+fn wait_traffic_ready(ns: &TestNamespace, name: &str, decodes: usize) -> Vec<Value> {
+    let v = wait_for(WAIT * 2, "Ready=True with a rank map for every decode instance", || {
+        let v = ns.get_json("pdd", name)?;
+        let ready = condition(&v, "Ready").is_some_and(|c| c["status"] == "True");
+        let maps = v["status"]["rankMap"].as_array().map_or(0, Vec::len);
+        (ready && maps == decodes).then_some(v.clone()).ok_or_else(|| v["status"].to_string())
+    });
+    wait_for(WAIT, "the router Deployment available", || {
+        let d = ns.get_json("deployment", &format!("{name}-router"))?;
+        (d["status"]["availableReplicas"] == 1).then_some(()).ok_or_else(|| d["status"].to_string())
+    });
+    v["status"]["rankMap"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
+    let ns = TestNamespace::new("kind-traffic");
+    let name = "traffic";
+    let o = ns.apply(&traffic_pdd(name));
+    assert!(o.status.success(), "{}", text(&o));
+    let rank_map = wait_traffic_ready(&ns, name, 2);
+    let client = Client::start(&ns);
+    let url = format!("http://{name}-router:{}/v1/chat/completions", pd_operator::api::DEFAULT_ROUTER_PORT);
+    // smg finds the Ready leaders by discovery; the first answer may take a reconcile pass.
+    let whole: Value = wait_for(WAIT, "a chat completion through the router Service", || {
+        let (status, body) = client.post(&url, &chat_body(4, false));
+        (status == 200).then(|| serde_json::from_str(&body).unwrap_or(Value::Null)).ok_or_else(|| format!("{status} {body}"))
+    });
+    assert_eq!(whole["object"], "chat.completion", "{whole}");
+    assert_eq!(whole["usage"]["completion_tokens"], 4, "{whole}");
+    assert!(!whole["choices"][0]["message"]["content"].as_str().unwrap_or_default().is_empty(), "{whole}");
+    let (status, body) = client.post(&url, &chat_body(5, true));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sse_deltas(&body), 5, "{body}");
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+
+    let target = format!("{name}-router:{}", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let report = bench(&ns, "load", &target, 200, 200);
+    assert_eq!((report["requests"].as_u64(), report["failed"].as_u64()), (Some(200), Some(0)), "{report}");
+    let served = transfers_follow_the_rank_map(&ns.name, name, &rank_map);
+    assert!(served.iter().all(|n| *n > 0), "round robin left a decode idle: {served:?}");
+    assert!(served.iter().sum::<u64>() >= 202, "decodes served {served:?} of 202 requests");
+    eprintln!("200 concurrent requests through smg: {report}; served per decode instance {served:?}");
+    scale_decode_without_a_router_restart(&ns, &client, name);
+
+    // A prefill pod deleted under load: the requests it held may fail, no more than were in
+    // flight; the operator replaces the instance, discovery follows, and traffic recovers.
+    let (concurrency, victim) = (16, format!("{name}-prefill-0-0"));
+    let old_uid = ns.get_json("pod", &victim).unwrap()["metadata"]["uid"].clone();
+    let deleter = {
+        let (ns_name, victim) = (ns.name.clone(), victim.clone());
+        let in_ns = ns_name.clone();
+        let phase = move |pod: &str| {
+            let o = cluster().kubectl(&["get", "pod", pod, "-n", &in_ns, "-o", "jsonpath={.status.phase}"]);
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        std::thread::spawn(move || {
+            wait_for(WAIT, "the load generator running", || (phase("chaos") == "Running").then_some(()).ok_or_else(|| phase("chaos")));
+            std::thread::sleep(Duration::from_secs(2));
+            let o = cluster().kubectl(&["delete", "pod", &victim, "-n", &ns_name, "--grace-period=0", "--force", "--wait=false"]);
+            assert!(o.status.success(), "{}", text(&o));
+            // The deletion has to land while the load runs, or this part proves nothing.
+            phase("chaos")
+        })
+    };
+    let retries_before = router_retries(&ns.name);
+    let report = bench(&ns, "chaos", &target, 4000, concurrency);
+    let phase_after_delete = deleter.join().expect("the deleting thread");
+    let retries = router_retries(&ns.name) - retries_before;
+    assert_eq!(phase_after_delete, "Running", "the prefill pod was deleted after the load ended: {report}");
+    let failed = report["failed"].as_u64().unwrap();
+    eprintln!("4000 requests at concurrency {concurrency} with a prefill pod deleted under them: {report}; router retries {retries}");
+    assert!(failed <= u64::from(concurrency), "{failed} failed, more than the {concurrency} in flight: {report}");
+    wait_for(WAIT, "the deleted prefill replaced by a new Ready pod", || {
+        let p = ns.get_json("pod", &victim)?;
+        (p["metadata"]["uid"] != old_uid && is_ready(&p)).then_some(()).ok_or_else(|| p["status"].to_string())
+    });
+    wait_traffic_ready(&ns, name, 3);
+    let report = wait_for(WAIT, "traffic recovered: 100 requests, none failed", || {
+        let _ = cluster().kubectl(&["delete", "pod", "after", "-n", &ns.name, "--wait=true"]);
+        let r = bench(&ns, "after", &target, 100, 10);
+        (r["failed"] == 0).then_some(r.clone()).ok_or_else(|| r.to_string())
+    });
+    eprintln!("after the replacement: {report}");
 }
 
 /// Runs `script` in the stranger pod's shell; its output (empty when nothing answered).

@@ -113,3 +113,55 @@ fn a_spec_change_changes_only_that_roles_revision() {
     assert_eq!(changed.0, before.0);
     assert_ne!(changed.1, before.1);
 }
+
+fn router_pod(r: &Rendered) -> k8s_openapi::api::core::v1::PodSpec {
+    r.deployments[0].spec.template.spec.clone().unwrap()
+}
+
+#[test]
+fn the_router_is_smg_for_both_engines_with_its_own_read_only_pod_access() {
+    for (example, name) in [("deepseek-v3-dcp.yaml", "dsv3"), ("sim-demo.yaml", "sim-dsv3")] {
+        let r = rendered(example);
+        let pod = router_pod(&r);
+        let c = &pod.containers[0];
+        assert_eq!(c.command.as_deref().unwrap(), ["python3", "-m", "smg.launch_router"], "{example}");
+        assert_eq!(c.image.as_deref(), Some(pd_operator::api::DEFAULT_ROUTER_IMAGE), "{example}");
+        let account = format!("{name}-router");
+        assert_eq!(pod.service_account_name.as_deref(), Some(account.as_str()));
+        assert!(r.service_accounts.iter().any(|a| a.metadata.name.as_deref() == Some(account.as_str())));
+        let role = r.roles.iter().find(|x| x.metadata.name.as_deref() == Some(account.as_str())).expect("router Role");
+        let rules = role.rules.clone().unwrap();
+        assert_eq!(rules.len(), 1, "{rules:?}");
+        assert_eq!(rules[0].resources.as_deref().unwrap(), ["pods"]);
+        assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+        let binding = r.role_bindings.iter().find(|b| b.metadata.name.as_deref() == Some(account.as_str())).expect("RoleBinding");
+        assert_eq!(binding.role_ref.name, account);
+        assert_eq!(binding.subjects.as_ref().unwrap()[0].name, account);
+    }
+}
+
+#[test]
+fn prefill_leaders_carry_the_bootstrap_port_smg_discovery_reads() {
+    let r = rendered("multi-node-prefill.yaml");
+    let annotation = |pod: &str| {
+        let p = r.pods().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap();
+        p.metadata.annotations.as_ref().and_then(|a| a.get(render::BOOTSTRAP_PORT_ANNOTATION).cloned())
+    };
+    assert_eq!(annotation("r1-prefill-0-0").as_deref(), Some("8998"));
+    assert_eq!(annotation("r1-prefill-0-1"), None, "a worker node serves no HTTP and no bootstrap server");
+    assert_eq!(annotation("r1-decode-0-0"), None);
+}
+
+#[test]
+fn scaling_leaves_the_router_untouched() {
+    let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
+    let mut pdd: PDDeployment = loaded.deployments[0].object.clone();
+    let facts = model::resolve(&pdd.spec.model, None);
+    let opts = RenderOptions::default();
+    let before = render::render(&pdd, &facts, &opts).unwrap();
+    pdd.spec.prefill.replicas += 2;
+    pdd.spec.decode.replicas += 3;
+    let after = render::render(&pdd, &facts, &opts).unwrap();
+    assert_eq!(before.deployments, after.deployments, "the router finds workers by discovery: no restart on scale");
+    assert_eq!(after.pods().count(), before.pods().count() + 5);
+}

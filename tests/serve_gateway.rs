@@ -240,3 +240,31 @@ async fn an_mla_decode_reads_one_real_prefill_rank_and_registers_with_the_dummie
     let want: Vec<(i64, u64)> = (0..8).map(|t| (t, if t % 4 == 0 { latent } else { 0 })).collect();
     assert_eq!(by_rank, want);
 }
+
+/// The router argv the operator renders, read back by smg 1.13.0's own argument parser: every
+/// flag exists, and discovery, namespace, port and both role selectors land where smg reads them.
+#[test]
+fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
+    let py = smg_python();
+    let pdd: pd_operator::api::PDDeployment = serde_norway::from_str(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: dsv3, namespace: ml}\nspec:\n  model: {path: deepseek-ai/DeepSeek-V3}\n  kvTransfer: {pageSize: 64}\n  prefill: {parallelism: {tp: 8}}\n  decode: {parallelism: {tp: 8}}\n  router: {policy: round_robin}\n",
+    )
+    .expect("a PDDeployment");
+    let args = pd_operator::render::router_args(&pdd.spec, "dsv3", "ml");
+    let script = "import json, sys\nfrom smg.launch_router import parse_router_args\na = parse_router_args(sys.argv[1:])\nprint(json.dumps({k: getattr(a, k) for k in ['pd_disaggregation', 'service_discovery_namespace', 'service_discovery_port', 'prefill_selector', 'decode_selector', 'bootstrap_port_annotation', 'port', 'policy', 'prefill_urls', 'decode_urls', 'prometheus_host', 'prometheus_port']} | {'provider': a.selected_discovery_provider()}))";
+    let o = Command::new(&py).arg("-c").arg(script).args(&args).output().expect("run smg's parser");
+    assert!(o.status.success(), "smg refused {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let got: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let selector =
+        |role: &str| json!({"pd.inference.dev/deployment": "dsv3", "pd.inference.dev/role": role, "pd.inference.dev/node-rank": "0"});
+    assert_eq!(
+        got,
+        json!({
+            "pd_disaggregation": true, "provider": "kubernetes", "service_discovery_namespace": "ml",
+            "service_discovery_port": pd_operator::api::DEFAULT_HTTP_PORT, "prefill_selector": selector("prefill"),
+            "decode_selector": selector("decode"), "bootstrap_port_annotation": pd_operator::render::BOOTSTRAP_PORT_ANNOTATION,
+            "port": pd_operator::api::DEFAULT_ROUTER_PORT, "policy": "round_robin", "prefill_urls": [], "decode_urls": [],
+            "prometheus_host": "0.0.0.0", "prometheus_port": pd_operator::render::ROUTER_METRICS_PORT,
+        })
+    );
+}

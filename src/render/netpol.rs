@@ -5,8 +5,8 @@
 //!   /route`, `/health`), the rank ports the KV moves over (dynamic), `--dist-init-addr` and the
 //!   collective ports of multi-node instances; the decode's handshake sidecar shares its pod.
 //! - router → engines' HTTP port (requests, health checks, discovery's probes).
-//! - `clientsFrom` (default: the namespace) → the router's port; with the router disabled, to the
-//!   engines' HTTP port instead.
+//! - `clientsFrom` (default: the namespace) → the router's port and its metrics port; with the
+//!   router disabled, to the engines' HTTP port instead.
 //!
 //! Everything else that reaches an engine pod is refused once a policy selects it. Egress is not
 //! restricted (DNS, model downloads, the apiserver for the sidecar and the router's discovery).
@@ -17,7 +17,7 @@ use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_ROLE, common_labels, engine_pods, meta};
+use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_METRICS_PORT, ROUTER_ROLE, common_labels, engine_pods, meta};
 use crate::api::{DEFAULT_HTTP_PORT, PDDeploymentSpec};
 
 /// `<name>-engines` and, with the router on, `<name>-router`; none when the spec turns them off.
@@ -35,7 +35,8 @@ pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &O
     }
     let mut out = vec![policy(format!("{name}-engines"), ns, name, owners, engines, ingress)];
     if spec.router.enabled {
-        let ingress = vec![rule(clients, Some(spec.router.port))];
+        // Requests, and the router's Prometheus metrics, from the same clients.
+        let ingress = vec![rule(clients.clone(), Some(spec.router.port)), rule(clients, Some(ROUTER_METRICS_PORT))];
         out.push(policy(format!("{name}-router"), ns, name, owners, router_of(name), ingress));
     }
     out

@@ -1,11 +1,9 @@
-//! Runs a stand-in engine (prefill or decode) or router until shutdown.
+//! Runs a stand-in engine (prefill or decode) until shutdown.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
 use futures::future::join_all;
 use rand::Rng;
 use serde_json::{Value, json};
@@ -225,27 +223,4 @@ pub async fn run_engine(args: &[String], signal: ShutdownSignal) -> Result<(), S
         Role::Prefill => run_prefill(engine, t, signal).await,
         _ => serve_api(engine, signal, Vec::new()).await,
     }
-}
-
-/// The router stand-in: `sglang_router.launch_router`'s argv, serving `/health` on `--port`.
-pub async fn run_router(args: &[String], signal: ShutdownSignal) -> Result<(), SimError> {
-    let mut host = "127.0.0.1".to_owned();
-    let mut port: u16 = crate::api::DEFAULT_HTTP_PORT;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--host" => host = it.next().cloned().ok_or_else(|| SimError::Flags("--host expects a value".into()))?,
-            "--port" => {
-                let v = it.next().ok_or_else(|| SimError::Flags("--port expects a value".into()))?;
-                port = v.parse().map_err(|_| SimError::Flags(format!("--port expects a port number, got {v:?}")))?;
-            }
-            _ => {}
-        }
-    }
-    let listener = bind(&host, port).await?;
-    let app = Router::new().route("/health", get(|| async { "OK" })).route("/readiness", get(|| async { "OK" }));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stopped(signal))
-        .await
-        .map_err(|source| SimError::Serve { addr: http_client::host_port(&host, port), source })
 }

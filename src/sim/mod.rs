@@ -1,4 +1,5 @@
-//! `pd-operator sim`: a GPU-free stand-in for SGLang engines and the router. Engines serve
+//! `pd-operator sim`: a GPU-free stand-in for SGLang engines (the router in front is SGLang's own
+//! model gateway, `smg`). Engines serve
 //! SGLang 0.5.23's API (generation, info, health, metrics) under a timing model. A prefill serves a
 //! bootstrap server that answers like SGLang's and registers one row per rank, each with a TCP port
 //! that serves the KV of the rooms it computed; a decode resolves the prefill with the handshake

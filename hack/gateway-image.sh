@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the PD router image (SGLang's model gateway, smg) from hack/image/gateway.Dockerfile with
+# no registry: both bases are Debian bookworm's python3 from debootstrap, assembled locally and
+# cached like hack/image.sh's; smg and its dependencies come from PyPI during the build. The tag is
+# src/api.rs's DEFAULT_ROUTER_IMAGE, so a built tag is the cache: kept until the smg version moves.
+# Prints the image reference.
+#   hack/gateway-image.sh      (needs a Docker engine: eval "$(hack/docker.sh up)")
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=hack/lib/smg.sh
+source "$ROOT/hack/lib/smg.sh"
+SUITE=bookworm
+BUILDER=pd-operator-python-builder:$SUITE
+RUNTIME=pd-operator-python:$SUITE
+WORK=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image
+log() { echo "[gateway-image $(date +%H:%M:%S)] $*" >&2; }
+have() { docker image inspect "$1" >/dev/null 2>&1; }
+# shellcheck source=hack/lib/rootfs.sh
+source "$ROOT/hack/lib/rootfs.sh"
+
+if have "$SMG_IMAGE" && [ "${PD_REBUILD:-0}" != 1 ]; then
+  echo "$SMG_IMAGE"; exit 0
+fi
+start=$(date +%s)
+if ! have "$BUILDER" || ! have "$RUNTIME"; then
+  dir=$(debian_rootfs "$WORK/rootfs-$SUITE-python" "$SUITE" python3,python3-venv,ca-certificates)
+  env=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' --change 'ENV LANG=C.UTF-8')
+  if ! have "$RUNTIME"; then
+    log "runtime base $RUNTIME (Debian $SUITE python3, user 65532)"
+    grep -q '^nonroot:' "$dir/etc/passwd" || echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >>"$dir/etc/passwd"
+    grep -q '^nonroot:' "$dir/etc/group" || echo 'nonroot:x:65532:' >>"$dir/etc/group"
+    mkdir -p "$dir/home/nonroot"; chown 65532:65532 "$dir/home/nonroot"
+    tar -C "$dir" --exclude=./.complete --exclude=./var/cache/apt/archives -c . | docker import "${env[@]}" - "$RUNTIME" >/dev/null
+  fi
+  if ! have "$BUILDER"; then
+    log "builder base $BUILDER (the runtime base plus this host's CA bundle, which reaches PyPI)"
+    stage="$WORK/python-builder-stage"; rm -rf "$stage"; mkdir -p "$stage/etc/ssl/certs"
+    cp /etc/ssl/certs/ca-certificates.crt "$stage/etc/ssl/certs/"
+    printf 'FROM %s\nCOPY etc /etc\n' "$RUNTIME" >"$stage/Dockerfile"
+    DOCKER_BUILDKIT=0 docker build -q -t "$BUILDER" "$stage" >/dev/null
+  fi
+fi
+log "docker build $SMG_IMAGE (smg $SMG_VERSION from PyPI; BUILDER_IMAGE=$BUILDER RUNTIME_IMAGE=$RUNTIME)"
+DOCKER_BUILDKIT=0 docker build --network host -q -f hack/image/gateway.Dockerfile --build-arg "BUILDER_IMAGE=$BUILDER" \
+  --build-arg "RUNTIME_IMAGE=$RUNTIME" --build-arg "SMG_VERSION=$SMG_VERSION" -t "$SMG_IMAGE" hack/image >&2
+log "built in $(( $(date +%s) - start ))s"
+echo "$SMG_IMAGE"
