@@ -27,16 +27,17 @@ pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &O
     }
     let clients = clients(spec);
     let engines = engine_pods(name);
-    let mut ingress = vec![rule(vec![engines_peer(name)], None)];
+    let mut ingress = vec![rule(vec![engines_peer(name)], &[])];
     if spec.router.enabled {
-        ingress.push(rule(vec![pods(router_of(name))], Some(DEFAULT_HTTP_PORT)));
+        // smg also checks at registration that a prefill's bootstrap port accepts connections.
+        ingress.push(rule(vec![pods(router_of(name))], &[DEFAULT_HTTP_PORT, spec.kv_transfer.bootstrap_port]));
     } else {
-        ingress.push(rule(clients.clone(), Some(DEFAULT_HTTP_PORT)));
+        ingress.push(rule(clients.clone(), &[DEFAULT_HTTP_PORT]));
     }
     let mut out = vec![policy(format!("{name}-engines"), ns, name, owners, engines, ingress)];
     if spec.router.enabled {
         // Requests, and the router's Prometheus metrics, from the same clients.
-        let ingress = vec![rule(clients.clone(), Some(spec.router.port)), rule(clients, Some(ROUTER_METRICS_PORT))];
+        let ingress = vec![rule(clients, &[spec.router.port, ROUTER_METRICS_PORT])];
         out.push(policy(format!("{name}-router"), ns, name, owners, router_of(name), ingress));
     }
     out
@@ -70,14 +71,12 @@ fn policy(
     }
 }
 
-/// From `from` (an empty list would mean everyone: callers never pass one), to `port` or every port.
-fn rule(from: Vec<NetworkPolicyPeer>, port: Option<u16>) -> NetworkPolicyIngressRule {
-    NetworkPolicyIngressRule {
-        from: Some(from),
-        ports: port.map(|p| {
-            vec![NetworkPolicyPort { port: Some(IntOrString::Int(i32::from(p))), protocol: Some("TCP".into()), ..Default::default() }]
-        }),
-    }
+/// From `from` (an empty list would mean everyone: callers never pass one), to `ports` (none:
+/// every port).
+fn rule(from: Vec<NetworkPolicyPeer>, ports: &[u16]) -> NetworkPolicyIngressRule {
+    let port =
+        |p: &u16| NetworkPolicyPort { port: Some(IntOrString::Int(i32::from(*p))), protocol: Some("TCP".into()), ..Default::default() };
+    NetworkPolicyIngressRule { from: Some(from), ports: (!ports.is_empty()).then(|| ports.iter().map(port).collect()) }
 }
 
 fn pods(selector: LabelSelector) -> NetworkPolicyPeer {
@@ -112,11 +111,13 @@ mod tests {
         p.spec.as_ref().unwrap().ingress.clone().unwrap()
     }
 
-    fn port_of(rule: &NetworkPolicyIngressRule) -> Option<i32> {
-        rule.ports.as_ref().map(|ps| match ps[..] {
-            [NetworkPolicyPort { port: Some(IntOrString::Int(p)), .. }] => p,
-            _ => panic!("one numbered port expected: {ps:?}"),
-        })
+    /// The rule's ports; empty: every port.
+    fn ports_of(rule: &NetworkPolicyIngressRule) -> Vec<i32> {
+        let port = |p: &NetworkPolicyPort| match p.port {
+            Some(IntOrString::Int(n)) => n,
+            _ => panic!("a numbered port expected: {p:?}"),
+        };
+        rule.ports.iter().flatten().map(port).collect()
     }
 
     #[test]
@@ -130,9 +131,9 @@ mod tests {
         let rules = ingress(engines);
         assert_eq!(rules.len(), 2, "{rules:?}");
         assert_eq!(rules[0].from, Some(vec![engines_peer("m")]));
-        assert_eq!(port_of(&rules[0]), None, "bootstrap, rank and dist-init ports between the engines");
+        assert_eq!(ports_of(&rules[0]), Vec::<i32>::new(), "bootstrap, rank and dist-init ports between the engines");
         assert_eq!(rules[1].from, Some(vec![pods(router_of("m"))]));
-        assert_eq!(port_of(&rules[1]), Some(i32::from(DEFAULT_HTTP_PORT)));
+        assert_eq!(ports_of(&rules[1]), [i32::from(DEFAULT_HTTP_PORT), 8998], "requests, and smg's bootstrap probe");
         // Another PDDeployment's engines are not peers.
         assert_ne!(engine_pods("m"), engine_pods("other"));
     }
@@ -142,12 +143,12 @@ mod tests {
         let ps = policies(&spec(serde_json::json!({})), "m", "ns", &None);
         let router = ingress(&ps[1]);
         assert_eq!(router[0].from, Some(vec![pods(LabelSelector::default())]), "every pod of the namespace");
-        assert_eq!(port_of(&router[0]), Some(8000));
+        assert_eq!(ports_of(&router[0]), [8000, i32::from(ROUTER_METRICS_PORT)]);
         let only = serde_json::json!({"namespaceSelector": {"matchLabels": {"team": "web"}}});
         let named = spec(serde_json::json!({"networkPolicy": {"clientsFrom": [only]}, "router": {"port": 9000}}));
         let router = ingress(&policies(&named, "m", "ns", &None)[1]);
         assert_eq!(serde_json::to_value(&router[0].from).unwrap(), serde_json::json!([only]));
-        assert_eq!(port_of(&router[0]), Some(9000));
+        assert_eq!(ports_of(&router[0]), [9000, i32::from(ROUTER_METRICS_PORT)]);
     }
 
     #[test]
@@ -156,7 +157,7 @@ mod tests {
         assert_eq!(ps.len(), 1);
         let rules = ingress(&ps[0]);
         assert_eq!(rules[1].from, Some(vec![pods(LabelSelector::default())]));
-        assert_eq!(port_of(&rules[1]), Some(i32::from(DEFAULT_HTTP_PORT)));
+        assert_eq!(ports_of(&rules[1]), [i32::from(DEFAULT_HTTP_PORT)]);
     }
 
     #[test]

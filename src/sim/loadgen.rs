@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -167,8 +167,27 @@ fn report(c: &Config, samples: &[Sample], secs: f64) -> Value {
 }
 
 /// Runs the load and prints the summary line.
+/// How long the generator waits for the target to accept a connection before it starts: a pod
+/// just started may not be reachable yet (a NetworkPolicy plugin admits a new pod's address only
+/// once it has seen the pod). The run itself counts every failure.
+const REACHABLE_WITHIN: Duration = Duration::from_secs(30);
+
+/// Waits until `target` accepts a TCP connection (at most `REACHABLE_WITHIN`; then the run goes on
+/// and its failures show why).
+async fn reachable(target: &str) {
+    let deadline = Instant::now() + REACHABLE_WITHIN;
+    while Instant::now() < deadline {
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(target)).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tracing::warn!(%target, "the target does not accept connections; measuring anyway");
+}
+
 pub async fn run(args: &[String]) -> Result<(), SimError> {
     let c = Arc::new(parse(args)?);
+    reachable(&c.target).await;
     let (next, out) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(Vec::new())));
     let start = Instant::now();
     let workers: Vec<_> = (0..c.concurrency.max(1)).map(|_| tokio::spawn(worker(c.clone(), next.clone(), out.clone()))).collect();
