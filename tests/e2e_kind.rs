@@ -440,6 +440,43 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
         (r["failed"] == 0).then_some(r.clone()).ok_or_else(|| r.to_string())
     });
     eprintln!("after the replacement: {report}");
+    scale_down_under_load_fails_nothing(&ns, &client, name, &target);
+}
+
+/// Decode 3 → 2 under load: the leaving instance leaves the router's pool (serving=false) before
+/// its pods are deleted, so not one request fails.
+fn scale_down_under_load_fails_nothing(ns: &TestNamespace, client: &Client, name: &str, target: &str) {
+    let patch = r#"{"spec":{"decode":{"replicas":2},"rollout":{"drainSeconds":5}}}"#;
+    let scaler = {
+        let (ns_name, name, patch) = (ns.name.clone(), name.to_owned(), patch.to_owned());
+        std::thread::spawn(move || {
+            let phase = || {
+                let o = cluster().kubectl(&["get", "pod", "shrink", "-n", &ns_name, "-o", "jsonpath={.status.phase}"]);
+                String::from_utf8_lossy(&o.stdout).into_owned()
+            };
+            wait_for(WAIT, "the load generator running", || (phase() == "Running").then_some(()).ok_or_else(phase));
+            std::thread::sleep(Duration::from_secs(2));
+            let o = cluster().kubectl(&["patch", "pdd", &name, "-n", &ns_name, "--type=merge", "-p", &patch]);
+            assert!(o.status.success(), "{}", text(&o));
+            // The leaving pods have to be deleted while the load runs, or this proves little.
+            let gone = format!("{name}-decode-2-0");
+            wait_for(WAIT, "the drained decode deleted", || {
+                let o = cluster().kubectl(&["get", "pod", &gone, "-n", &ns_name, "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+                let deleting = !String::from_utf8_lossy(&o.stdout).is_empty() || !o.status.success();
+                deleting.then_some(()).ok_or_else(|| "still there".to_owned())
+            });
+            phase()
+        })
+    };
+    let report = bench(ns, "shrink", target, 6000, 16);
+    let phase_when_deleted = scaler.join().expect("the scaling thread");
+    eprintln!("6000 requests at concurrency 16 across a decode scale-down 3 -> 2: {report}");
+    assert_eq!(phase_when_deleted, "Running", "the decode was deleted after the load ended: {report}");
+    assert_eq!(report["failed"], 0, "requests failed across a drained scale-down: {report}");
+    wait_for(WAIT, "the router routing to two decode instances", || {
+        let w = client.workers(&format!("{name}-router"))?;
+        (w == (2, 2)).then_some(()).ok_or_else(|| format!("{w:?}"))
+    });
 }
 
 /// Runs `script` in the stranger pod's shell; its output (empty when nothing answered).
