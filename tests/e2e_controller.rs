@@ -485,6 +485,26 @@ fn each_instance_lands_within_one_rack() {
     });
 }
 
+/// Required colocation holds on the real scheduler. (It does not show the difference: here the
+/// scheduler's own scoring also keeps the pods in one rack without it; a layout that splits them
+/// without colocation makes the first instance's rack too small for the second with it, since
+/// each instance is placed on its own: see README "Placement".)
+#[test]
+fn colocate_required_keeps_prefill_and_decode_in_one_rack() {
+    let ns = TestNamespace::new("colocate");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let layout = ["b", "a", "b", "a", "a", "a"];
+    let _nodes = TestNodes::add(&ns, &layout);
+    assert!(ns.apply(&placed(&ns, "{topologyKey: rack, colocate: required}", 1, 1)).status.success());
+    let racks: BTreeMap<String, &str> = layout.iter().enumerate().map(|(i, r)| (format!("{}-n{i}", ns.name), *r)).collect();
+    wait_for(WAIT, "all four pods bound, in one rack", || {
+        let b = bindings(&ns)?;
+        let used: BTreeSet<Option<&&str>> = b.values().flatten().map(|n| racks.get(n)).collect();
+        let bound = b.values().flatten().filter(|n| !n.is_empty()).count();
+        (bound == 4 && used.len() == 1).then_some(()).ok_or_else(|| format!("{b:?}"))
+    });
+}
+
 fn rollout_spec(mem: &str) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: roll}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 2, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  decode: {{replicas: 3, parallelism: {{tp: 2}}, template: {{extraArgs: [--mem-fraction-static, '{mem}']}}}}\n  router: {{enabled: false}}\n  rollout: {{drainSeconds: 1}}\n"
