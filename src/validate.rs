@@ -241,9 +241,19 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
     ok
 }
 
-/// What each engine checks at its own start-up (spec §7a item 1).
-#[expect(clippy::too_many_lines, reason = "being split into one function per SGLang check group")]
+/// What each engine checks at its own start-up (spec §7a item 1), one SGLang check group at a time.
 fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    check_widths(role, rs, facts, out);
+    check_model_overrides(role, rs, spec, facts, out);
+    check_context_parallel(role, rs, spec, out);
+    if rs.enable_kv_cache_sharding {
+        check_sharding_startup(role, rs, spec, facts, out);
+    }
+}
+
+/// Parallel widths (`_validate_parallelism`, `initialize_model_parallel`) and the DeepSeek
+/// override's DSA DCP refusal.
+fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     let groups = p.attn_dp * p.attn_cp;
     if !p.tp.is_multiple_of(groups) {
@@ -292,6 +302,11 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             "keep dp: 1 for an instance spanning nodes; use attnDp, or scale with replicas",
         ));
     }
+}
+
+/// The model overrides' KV dtype and backend checks (`model_overrides/`).
+fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
     let dtype = spec.kv_transfer.kv_cache_dtype;
     if facts.is_dsa() && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
         out.push(Finding::error(
@@ -328,6 +343,11 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             ));
         }
     }
+}
+
+/// Context parallelism and the prefill-only checks of the disaggregation group.
+fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
     if p.attn_cp > 1 {
         if p.dcp > 1 {
             out.push(Finding::error(
@@ -362,57 +382,60 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             "keep prefill dcp: 1 unless you have measured a gain",
         ));
     }
-    if rs.enable_kv_cache_sharding {
-        match role {
-            Role::Decode => out.push(Finding::error(
-                "sharding-prefill-only",
-                role.field("enableKvCacheSharding"),
-                texts::SHARDING_PREFILL_ONLY,
-                "remove enableKvCacheSharding from spec.decode",
-            )),
-            Role::Prefill => {
-                let mla = facts.pool().is_some_and(KvPool::is_mla_or_hybrid);
-                let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
-                    (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
-                    (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
-                    (Some(KvPool::Mha), false) => Some(texts::SHARDING_GQA_CP),
-                    _ => None,
-                };
-                if let Some(text) = sharding_layout {
-                    out.push(Finding::error(
-                        "sharding-layout",
-                        role.field("enableKvCacheSharding"),
-                        text,
-                        "shard GQA caches with prefill attnCp > 1, MLA caches over plain TP > 1 (attnDp 1), or turn sharding off",
-                    ));
-                }
-                if p.dcp > 1 {
-                    out.push(Finding::error(
-                        "sharding-with-dcp",
-                        role.field("enableKvCacheSharding"),
-                        "--enable-kv-cache-sharding is refused with --dcp-size > 1",
-                        "turn off enableKvCacheSharding or set prefill dcp: 1",
-                    ));
-                }
-                if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                    out.push(Finding::error(
-                        "sharding-backend",
-                        "spec.kvTransfer.backend",
-                        format!(
-                            "--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'",
-                            spec.kv_transfer.backend
-                        ),
-                        "use backend: mooncake or nixl, or turn off enableKvCacheSharding",
-                    ));
-                }
-                if spec.kv_transfer.page_size == Some(1) {
-                    out.push(Finding::error(
-                        "sharding-page-size",
-                        "spec.kvTransfer.pageSize",
-                        "--enable-kv-cache-sharding needs a page size greater than 1",
-                        "set pageSize: 64 (or another size > 1)",
-                    ));
-                }
+}
+
+/// `--enable-kv-cache-sharding`: prefill only, and the layouts and backends it supports.
+fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
+    match role {
+        Role::Decode => out.push(Finding::error(
+            "sharding-prefill-only",
+            role.field("enableKvCacheSharding"),
+            texts::SHARDING_PREFILL_ONLY,
+            "remove enableKvCacheSharding from spec.decode",
+        )),
+        Role::Prefill => {
+            let mla = facts.pool().is_some_and(KvPool::is_mla_or_hybrid);
+            let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
+                (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
+                (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
+                (Some(KvPool::Mha), false) => Some(texts::SHARDING_GQA_CP),
+                _ => None,
+            };
+            if let Some(text) = sharding_layout {
+                out.push(Finding::error(
+                    "sharding-layout",
+                    role.field("enableKvCacheSharding"),
+                    text,
+                    "shard GQA caches with prefill attnCp > 1, MLA caches over plain TP > 1 (attnDp 1), or turn sharding off",
+                ));
+            }
+            if p.dcp > 1 {
+                out.push(Finding::error(
+                    "sharding-with-dcp",
+                    role.field("enableKvCacheSharding"),
+                    "--enable-kv-cache-sharding is refused with --dcp-size > 1",
+                    "turn off enableKvCacheSharding or set prefill dcp: 1",
+                ));
+            }
+            if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
+                out.push(Finding::error(
+                    "sharding-backend",
+                    "spec.kvTransfer.backend",
+                    format!(
+                        "--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'",
+                        spec.kv_transfer.backend
+                    ),
+                    "use backend: mooncake or nixl, or turn off enableKvCacheSharding",
+                ));
+            }
+            if spec.kv_transfer.page_size == Some(1) {
+                out.push(Finding::error(
+                    "sharding-page-size",
+                    "spec.kvTransfer.pageSize",
+                    "--enable-kv-cache-sharding needs a page size greater than 1",
+                    "set pageSize: 64 (or another size > 1)",
+                ));
             }
         }
     }
@@ -704,14 +727,17 @@ fn unknown_kind(spec: &PDDeploymentSpec, needed_for: &str) -> Finding {
 }
 
 /// The decode-side handshake checks (#1..#13) that the spec decides, in SGLang's order.
-#[expect(clippy::too_many_lines, reason = "being split into one function per SGLang check group")]
 fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
-    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
-    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
-    let pool = facts.pool();
+    check_page_and_dtype(spec, facts, out);
+    check_equal_attn_tp(spec, facts, out);
+    check_decode_dcp(spec, facts, out);
+    check_rank_mapping(spec, facts, out);
+}
+
+/// Checks #1 and #2: the page size and KV dtype both roles report.
+fn check_page_and_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let model = facts.describe(&spec.model.path);
     let kv = &spec.kv_transfer;
-
     // #1: one page size for both roles, always passed explicitly.
     if kv.page_size.is_none() {
         out.push(Finding::error(
@@ -730,6 +756,14 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
             "set kvCacheDtype explicitly (fp8_e4m3 or bfloat16) when the roles may run on different GPU generations",
         ));
     }
+}
+
+/// Checks #3, #6 and #7: pools whose transfer needs equal attention TP on both roles.
+fn check_equal_attn_tp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
+    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
+    let pool = facts.pool();
+    let kv = &spec.kv_transfer;
     // #3: MiniMax-M3 sparse pools need equal attention TP.
     if facts.traits.minimax_sparse && p_attn_tp != d_attn_tp {
         out.push(Finding::error(
@@ -772,6 +806,13 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
             Some(_) => {}
         }
     }
+}
+
+/// Checks #8..#10: decode context parallelism.
+fn check_decode_dcp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
+    let pool = facts.pool();
+    let model = facts.describe(&spec.model.path);
     // #8..#10: decode context parallelism.
     if dp_.dcp > 1 {
         match pool {
@@ -801,6 +842,13 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
             ));
         }
     }
+}
+
+/// Check #11, the non-MLA warning, #12 and #13: the TP, CP and PP parts of the rank mapping.
+fn check_rank_mapping(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
+    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
+    let pool = facts.pool();
     // #11 and the non-MLA warning: the TP part of the rank mapping.
     if spec.prefill.enable_kv_cache_sharding && pp_.attn_cp == 1 && p_attn_tp != d_attn_tp && pool != Some(KvPool::HybridMla) {
         match pool {
