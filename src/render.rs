@@ -21,7 +21,7 @@ use thiserror::Error;
 
 use crate::api::Role;
 use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec};
-use crate::model::{KvPool, ModelFacts};
+use crate::model::{PoolKind, ModelFacts};
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const OPERATOR: &str = "pd-operator";
@@ -259,42 +259,16 @@ fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
     })
 }
 
-/// The page size both roles resolve (spec §6.4): DeepSeek-V4 forces 256 and DSA models 64
-/// whatever `--page-size` says; otherwise the one the operator passes, if any.
-pub fn resolved_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts) -> Option<u32> {
-    if facts.traits.deepseek_v4 {
-        Some(256)
-    } else if facts.is_dsa() {
-        Some(64)
-    } else {
-        spec.kv_transfer.page_size
-    }
-}
-
-/// The KV dtype string a role reports and the decode compares (spec §6.3): DSA models resolve
-/// `auto` per GPU generation (bfloat16 below SM100, assumed when the accelerator is unknown;
-/// fp8_e4m3 from SM100) and `bf16` to `bfloat16`; DeepSeek-V4 and FP8-KV checkpoints turn
-/// `auto` into fp8_e4m3.
-pub fn resolved_kv_cache_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
-    let blackwell = spec.role(role).accelerator.is_some_and(crate::api::Accelerator::is_blackwell);
-    match spec.kv_transfer.kv_cache_dtype {
-        KvCacheDtype::Auto if facts.traits.deepseek_v4 || facts.kv_fp8_checkpoint => "fp8_e4m3".to_owned(),
-        KvCacheDtype::Auto if facts.is_dsa() => if blackwell { "fp8_e4m3" } else { "bfloat16" }.to_owned(),
-        KvCacheDtype::Bf16 if facts.is_dsa() => "bfloat16".to_owned(),
-        other => other.to_string(),
-    }
-}
-
 /// The decode topology the handshake sidecar checks prefills against (issue #6's decode JSON).
 pub fn decode_topology_json(spec: &PDDeploymentSpec, facts: &ModelFacts) -> serde_json::Value {
     let p = &spec.decode.parallelism;
     let kv = &spec.kv_transfer;
     let pool = match facts.pool() {
-        Some(KvPool::Mla) => "mla",
-        Some(KvPool::HybridMla) => "hybrid_mla",
+        Some(PoolKind::Mla) => "mla",
+        Some(PoolKind::HybridMla) => "hybrid_mla",
         _ => "mha",
     };
-    let dtype = resolved_kv_cache_dtype(spec, facts, Role::Decode);
+    let dtype = crate::resolve::kv_cache_dtype(spec, facts, Role::Decode);
     let mut states: Vec<&str> = Vec::new();
     if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && pool == "mha" {
         states.push("block_scale");
@@ -310,7 +284,7 @@ pub fn decode_topology_json(spec: &PDDeploymentSpec, facts: &ModelFacts) -> serd
         "attn_cp_size": p.attn_cp,
         "pp_size": p.pp,
         "dcp_size": p.dcp,
-        "page_size": resolved_page_size(spec, facts).unwrap_or(1),
+        "page_size": crate::resolve::page_size(spec, facts).unwrap_or(1),
         "kv_cache_dtype": dtype,
         "kv_pool": pool,
         "all_cp_ranks_transfer": kv.all_cp_ranks_transfer,

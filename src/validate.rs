@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::api::{Accelerator, AllocationPolicy, EngineType, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
-use crate::model::{HfConfig, KvPool, ModelFacts};
+use crate::model::{HfConfig, PoolKind, ModelFacts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,6 +60,9 @@ pub mod texts {
         "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP ranks and needs tp_size > 1.";
     pub const SHARDING_BACKEND: &str =
         "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or trtllm_mla for plain-TP MLA; got";
+    pub const V4_CP_ATTN_DP: &str = "For round-robin split mode, dp attention is not supported.";
+    pub const CP_SINGLE_MACHINE: &str =
+        "Context parallel only supports single machine (tp_size <= 8). Cross-machine CP has precision issues.";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
@@ -199,9 +202,11 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     }
     check_paired_settings(spec, &mut out);
     if sizes_ok {
-        check_handshake(spec, facts, &mut out);
-        check_allocation_policy(spec, &mut out);
-        check_operator_policy(spec, facts, &mut out);
+        // What the engines report and map ranks with: the widths SGLang resolves.
+        let resolved = crate::resolve::spec(spec, facts);
+        check_handshake(&resolved, facts, &mut out);
+        check_allocation_policy(&resolved, &mut out);
+        check_operator_policy(&resolved, facts, &mut out);
     }
     out
 }
@@ -255,18 +260,26 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
 /// override's DSA DCP refusal.
 fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
-    let groups = p.attn_dp * p.attn_cp;
+    // Judged on the widths SGLang runs: its DeepSeek CP layouts recompute attention DP and CP.
+    let r = crate::resolve::parallelism(p, facts);
+    let groups = r.attn_dp * r.attn_cp;
     if !p.tp.is_multiple_of(groups) {
+        let resolved = if r == *p {
+            String::new()
+        } else {
+            format!(" (SGLang's DeepSeek context-parallel layout runs attention DP {} × CP {})", r.attn_dp, r.attn_cp)
+        };
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
             format!(
-                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}",
+                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}",
                 p.tp, p.attn_dp, p.attn_cp
             ),
             format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
         ));
     }
+    check_deepseek_cp(role, p, facts, out);
     if p.dp > 1 && p.attn_dp > 1 {
         out.push(Finding::error(
             "dp-with-attn-dp",
@@ -304,6 +317,29 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Fin
     }
 }
 
+/// The asserts of SGLang's DeepSeek context-parallel layouts (`validate_deepseek_v4_cp`, the
+/// DeepSeek override's DSA block): one machine, and no attention DP under DeepSeek-V4 CP.
+fn check_deepseek_cp(role: Role, p: &Parallelism, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    use crate::resolve::CpLayout;
+    let layout = crate::resolve::cp_layout(p, facts);
+    if layout == Some(CpLayout::DeepSeekV4) && p.attn_dp.saturating_mul(p.dp) != 1 {
+        out.push(Finding::error(
+            "v4-cp-attn-dp",
+            role.field("parallelism.attnDp"),
+            texts::V4_CP_ATTN_DP,
+            "keep attnDp: 1 and dp: 1 with DeepSeek-V4 attnCp > 1",
+        ));
+    }
+    if matches!(layout, Some(CpLayout::DeepSeekV4 | CpLayout::Dsa)) && p.tp > 8 {
+        out.push(Finding::error(
+            "cp-single-machine",
+            role.field("parallelism.tp"),
+            texts::CP_SINGLE_MACHINE,
+            "keep tp at most 8 with attnCp > 1, or set attnCp: 1",
+        ));
+    }
+}
+
 /// The model overrides' KV dtype and backend checks (`model_overrides/`).
 fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
@@ -334,12 +370,19 @@ fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fac
             extra_value(args, "prefill_attention_backend").or(attention.clone()),
             extra_value(args, "decode_attention_backend").or(attention),
         ];
-        if chosen.iter().flatten().any(|b| !GPT_OSS_BACKENDS.contains(&b.as_str())) {
+        // SGLang picks a supported backend only when none of the three is set; the check runs
+        // before the generic default, so a side left unset is `None` and refused.
+        let unsupported = |b: &Option<String>| b.as_deref().is_none_or(|b| !GPT_OSS_BACKENDS.contains(&b));
+        if chosen.iter().any(Option::is_some) && chosen.iter().any(unsupported) {
+            let shown = |b: &Option<String>| b.clone().unwrap_or_else(|| "None".into());
             out.push(Finding::error(
                 "gpt-oss-attention-backend",
                 role.field("template.extraArgs"),
-                texts::GPT_OSS_BACKENDS,
-                format!("use one of {} as --attention-backend, or leave it to SGLang", GPT_OSS_BACKENDS.join(", ")),
+                format!("{} (prefill: {}, decode: {})", texts::GPT_OSS_BACKENDS, shown(&chosen[0]), shown(&chosen[1])),
+                format!(
+                    "use one of {} as --attention-backend (a --prefill- or --decode-attention-backend alone leaves the other phase unset), or leave all three to SGLang",
+                    GPT_OSS_BACKENDS.join(", ")
+                ),
             ));
         }
     }
@@ -395,11 +438,11 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
             "remove enableKvCacheSharding from spec.decode",
         )),
         Role::Prefill => {
-            let mla = facts.pool().is_some_and(KvPool::is_mla_or_hybrid);
+            let mla = facts.pool().is_some_and(PoolKind::is_mla_or_hybrid);
             let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
                 (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
                 (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
-                (Some(KvPool::Mha), false) => Some(texts::SHARDING_GQA_CP),
+                (Some(PoolKind::Mha), false) => Some(texts::SHARDING_GQA_CP),
                 _ => None,
             };
             if let Some(text) = sharding_layout {
@@ -458,23 +501,6 @@ pub fn extra_value(args: &[String], dest: &str) -> Option<String> {
     found
 }
 
-/// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`): without
-/// DSA and without a chosen backend, they resolve `trtllm_mla` on SM100.
-const DEEPSEEK_OVERRIDE_ARCHS: &[&str] = &[
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "KimiK25ForConditionalGeneration",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "GlmMoeDsaForCausalLM",
-    "Glm5NextForConditionalGeneration",
-    "HYV4ForCausalLM",
-    "HYV4ForCausalLMNextN",
-    "LongcatFlashForCausalLM",
-    "LongcatFlashForCausalLMNextN",
-    "Dots3NoteForCausalLM",
-];
-
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
 
 /// The first start-up refusal that depends on the GPU, for one accelerator.
@@ -503,7 +529,7 @@ fn accelerator_refusal(
         && decode.is_none()
         && acc.is_blackwell()
         && !facts.is_dsa()
-        && facts.architecture.as_deref().is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a));
+        && facts.architecture.as_deref().is_some_and(|a| crate::resolve::DEEPSEEK_OVERRIDE_ARCHS.contains(&a));
     // DeepSeek-V4 resolves its own `dsv4` backend whatever extraArgs ask for.
     let trtllm_mla = !facts.traits.deepseek_v4
         && (default_trtllm_mla || attention.as_deref() == Some("trtllm_mla") || decode.as_deref() == Some("trtllm_mla"));
@@ -514,7 +540,7 @@ fn accelerator_refusal(
             "choose another --attention-backend (fa3, flashmla) on Hopper",
         ));
     }
-    if rs.enable_kv_cache_sharding && facts.pool() == Some(KvPool::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
+    if rs.enable_kv_cache_sharding && facts.pool() == Some(PoolKind::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
         // SGLang shards a non-MLA cache only behind the fa3 prefill backend; without a choice a
         // GQA model resolves fa3 on Hopper and trtllm_mha on Blackwell.
         let default = if acc.is_blackwell() { "trtllm_mha" } else { "fa3" };
@@ -780,7 +806,7 @@ fn check_equal_attn_tp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Ve
             .any(|r| flag_value(&r.template.extra_args, "--speculative-algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
     if dspark && p_attn_tp != d_attn_tp {
         let cp_fan_in =
-            pp_.attn_cp > 1 && pool.is_some_and(KvPool::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
+            pp_.attn_cp > 1 && pool.is_some_and(PoolKind::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
         if !cp_fan_in {
             out.push(Finding::error(
                 "dspark-equal-tp",
@@ -794,7 +820,7 @@ fn check_equal_attn_tp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Ve
     if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && p_attn_tp != d_attn_tp {
         match pool {
             None => out.push(unknown_kind(spec, "MXFP8 KV with different attention TP sizes")),
-            Some(KvPool::Mha) => {
+            Some(PoolKind::Mha) => {
                 let states = if facts.traits.hybrid_swa { "['block_scale', 'block_scale_swa']" } else { "['block_scale']" };
                 out.push(Finding::error(
                     "mxfp8-equal-attn-tp",
@@ -817,7 +843,7 @@ fn check_decode_dcp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<F
     if dp_.dcp > 1 {
         match pool {
             None => out.push(unknown_kind(spec, "decode dcp > 1")),
-            Some(KvPool::Mha) => out.push(Finding::error(
+            Some(PoolKind::Mha) => out.push(Finding::error(
                 "decode-dcp-needs-mla",
                 "spec.decode.parallelism.dcp",
                 format!("{} {model} has a non-MLA KV pool (attention kind from {})", texts::DCP_NEEDS_MLA, facts.source.as_ref().map(ToString::to_string).unwrap_or_default()),
@@ -850,10 +876,10 @@ fn check_rank_mapping(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec
     let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
     let pool = facts.pool();
     // #11 and the non-MLA warning: the TP part of the rank mapping.
-    if spec.prefill.enable_kv_cache_sharding && pp_.attn_cp == 1 && p_attn_tp != d_attn_tp && pool != Some(KvPool::HybridMla) {
+    if spec.prefill.enable_kv_cache_sharding && pp_.attn_cp == 1 && p_attn_tp != d_attn_tp && pool != Some(PoolKind::HybridMla) {
         match pool {
             None => out.push(unknown_kind(spec, "KV-cache sharding with different attention TP sizes")),
-            Some(KvPool::Mla) => out.push(Finding::error(
+            Some(PoolKind::Mla) => out.push(Finding::error(
                 "mla-sharding-equal-tp",
                 "spec.decode.parallelism.tp",
                 format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={p_attn_tp} decode={d_attn_tp}"),
@@ -862,7 +888,7 @@ fn check_rank_mapping(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec
             _ => {}
         }
     }
-    if p_attn_tp != d_attn_tp && pool == Some(KvPool::Mha) {
+    if p_attn_tp != d_attn_tp && pool == Some(PoolKind::Mha) {
         out.push(Finding::warning(
             "non-mla-different-tp",
             "spec.decode.parallelism.tp",
@@ -953,7 +979,7 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
     for role in [Role::Prefill, Role::Decode] {
         let staging = env_value(spec.role(role), "SGLANG_DISAGG_STAGING_BUFFER");
         if env_truthy(staging.as_deref()) {
-            if facts.pool() == Some(KvPool::Mla) {
+            if facts.pool() == Some(PoolKind::Mla) {
                 out.push(Finding::error(
                     "staging-buffer-mla",
                     role.field("template.env"),
