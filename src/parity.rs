@@ -29,7 +29,7 @@ pub struct Case {
     pub findings: Vec<Finding>,
     pub processes: Vec<EngineProcess>,
     /// What `render` hands the decode's handshake sidecar (`decode.json`).
-    pub decode_topology: serde_json::Value,
+    pub decode_topology: crate::handshake::core::DecodeTopology,
     /// The prefill's and the decode's accelerator, where named.
     pub accelerators: [Option<crate::api::Accelerator>; 2],
 }
@@ -55,7 +55,7 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
             processes.push(EngineProcess { role: role.as_str(), node, argv, env: env.clone() });
         }
     }
-    let decode_topology = render::decode_topology_json(spec, facts);
+    let decode_topology = crate::resolve::decode_topology(spec, facts);
     Case {
         name: name.to_owned(),
         valid: validate::is_valid(&findings),
@@ -103,7 +103,9 @@ mod tests {
             s.decode.accelerator = acc;
             s
         };
-        let topo = |s: &PDDeploymentSpec| render::decode_topology_json(s, &crate::model::resolve(&s.model, None));
+        let topo = |s: &PDDeploymentSpec| {
+            serde_json::to_value(crate::resolve::decode_topology(s, &crate::model::resolve(&s.model, None))).unwrap()
+        };
         let dsa = "deepseek-ai/DeepSeek-V3.2-Exp";
         let t = topo(&spec(dsa, "auto", Some(Accelerator::H200)));
         assert_eq!((t["page_size"].as_u64(), t["kv_cache_dtype"].as_str()), (Some(64), Some("bfloat16")));

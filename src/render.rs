@@ -20,8 +20,8 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::api::Role;
-use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec};
-use crate::model::{PoolKind, ModelFacts};
+use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_SGLANG_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, RoleSpec};
+use crate::model::ModelFacts;
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const OPERATOR: &str = "pd-operator";
@@ -256,41 +256,6 @@ fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
     spec.engine.image.clone().unwrap_or_else(|| match spec.engine.engine_type {
         EngineType::Sglang => DEFAULT_SGLANG_IMAGE.into(),
         EngineType::Sim => opts.operator_image.clone(),
-    })
-}
-
-/// The decode topology the handshake sidecar checks prefills against (issue #6's decode JSON).
-pub fn decode_topology_json(spec: &PDDeploymentSpec, facts: &ModelFacts) -> serde_json::Value {
-    let p = &spec.decode.parallelism;
-    let kv = &spec.kv_transfer;
-    let pool = match facts.pool() {
-        Some(PoolKind::Mla) => "mla",
-        Some(PoolKind::HybridMla) => "hybrid_mla",
-        _ => "mha",
-    };
-    let dtype = crate::resolve::kv_cache_dtype(spec, facts, Role::Decode);
-    let mut states: Vec<&str> = Vec::new();
-    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && pool == "mha" {
-        states.push("block_scale");
-        if facts.traits.hybrid_swa {
-            states.push("block_scale_swa");
-        }
-    }
-    if facts.traits.minimax_sparse {
-        states.push("minimax_index_k");
-    }
-    serde_json::json!({
-        "attn_tp_size": p.attn_tp(),
-        "attn_cp_size": p.attn_cp,
-        "pp_size": p.pp,
-        "dcp_size": p.dcp,
-        "page_size": crate::resolve::page_size(spec, facts).unwrap_or(1),
-        "kv_cache_dtype": dtype,
-        "kv_pool": pool,
-        "all_cp_ranks_transfer": kv.all_cp_ranks_transfer,
-        "kv_layout": if facts.traits.deepseek_v4 { serde_json::Value::from("v4") } else { serde_json::Value::Null },
-        "dsv41_spec_layout": null,
-        "state_types": states,
     })
 }
 
@@ -731,7 +696,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     }
     let prefill_addresses: Vec<String> =
         (0..spec.prefill.replicas.max(0) as u32).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
-    let decode_json = serde_json::to_string_pretty(&decode_topology_json(spec, facts))
+    let decode_json = serde_json::to_string_pretty(&crate::resolve::decode_topology(spec, facts))
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     out.config_maps.push(ConfigMap {
         metadata: meta(handshake_config_name(name), &ns, common_labels(name, "decode"), &owners),

@@ -2,7 +2,10 @@
 //! the spec says: the widths the DeepSeek overrides recompute under prefill CP, the page size and
 //! KV dtype DSA and DeepSeek-V4 force. Pure; validate judges, and render reports, these values.
 
-use crate::api::{Accelerator, AttentionKind, CpStrategy, KvCacheDtype, PDDeploymentSpec, Parallelism, Role};
+use serde_json::Value;
+
+use crate::api::{Accelerator, AttentionKind, CpStrategy, DEFAULT_HTTP_PORT, KvCacheDtype, PDDeploymentSpec, Parallelism, Role};
+use crate::handshake::core::{DecodeTopology, PoolKind, PrefillInfo};
 use crate::model::ModelFacts;
 
 /// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`).
@@ -95,6 +98,70 @@ pub fn kv_cache_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -
     }
 }
 
+/// DeepSeek-V4's pool reports its KV byte layout (`pd_kv_layout`); other pools report none.
+fn kv_layout(facts: &ModelFacts) -> Option<String> {
+    facts.traits.deepseek_v4.then(|| "v4".to_owned())
+}
+
+/// What the decode's handshake compares (issue #6's decode JSON, `decode.json` of the sidecar),
+/// as SGLang's decode would report it for this spec, on a `pool` KV pool.
+pub fn decode_topology_for(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> DecodeTopology {
+    let p = parallelism(&spec.decode.parallelism, facts);
+    let kv = &spec.kv_transfer;
+    let mut state_types = Vec::new();
+    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && pool == PoolKind::Mha {
+        state_types.push("block_scale".to_owned());
+        if facts.traits.hybrid_swa {
+            state_types.push("block_scale_swa".to_owned());
+        }
+    }
+    if facts.traits.minimax_sparse {
+        state_types.push("minimax_index_k".to_owned());
+    }
+    DecodeTopology {
+        attn_tp_size: p.attn_tp().into(),
+        attn_cp_size: p.attn_cp.into(),
+        pp_size: p.pp.into(),
+        dcp_size: p.dcp.into(),
+        page_size: page_size(spec, facts).unwrap_or(1).into(),
+        kv_cache_dtype: kv_cache_dtype(spec, facts, Role::Decode),
+        kv_pool: pool,
+        all_cp_ranks_transfer: kv.all_cp_ranks_transfer,
+        kv_layout: kv_layout(facts),
+        dsv41_spec_layout: None,
+        state_types,
+        decode_allocation_policy: kv.decode_allocation_policy.to_string(),
+    }
+}
+
+/// The decode topology on the model's pool kind (MHA when it is unknown).
+pub fn decode_topology(spec: &PDDeploymentSpec, facts: &ModelFacts) -> DecodeTopology {
+    decode_topology_for(spec, facts, facts.pool().unwrap_or(PoolKind::Mha))
+}
+
+/// The record the decode builds from the prefill's `GET /route` topology body, as SGLang's
+/// prefill would report it for this spec (an unset page size is left out of the comparison).
+pub fn prefill_info(spec: &PDDeploymentSpec, facts: &ModelFacts) -> PrefillInfo {
+    let p = parallelism(&spec.prefill.parallelism, facts);
+    let rs = &spec.prefill;
+    PrefillInfo {
+        attn_tp_size: p.attn_tp().into(),
+        attn_cp_size: p.attn_cp.into(),
+        // The bootstrap server records attention DP groups, or replica DP when there is some.
+        dp_size: if p.dp == 1 { p.attn_dp } else { p.dp }.into(),
+        pp_size: p.pp.into(),
+        page_size: page_size(spec, facts).map(i64::from),
+        kv_cache_dtype: Some(kv_cache_dtype(spec, facts, Role::Prefill)),
+        follow_bootstrap_room: true,
+        enable_dsa_cache_layer_split: rs.enable_dsa_cache_layer_split,
+        dsv41_spec_layout: Value::Null,
+        kv_layout: kv_layout(facts).map_or(Value::Null, Value::from),
+        decode_allocation_policy: Value::from(spec.kv_transfer.decode_allocation_policy.to_string()),
+        enable_kv_cache_sharding: Value::Bool(rs.enable_kv_cache_sharding),
+        prefill_http_port: Some(DEFAULT_HTTP_PORT.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +192,25 @@ mod tests {
         let gqa = facts("Qwen2ForCausalLM");
         assert_eq!(parallelism(&par(4, 4, 2, None), &gqa), par(4, 4, 2, None));
         assert_eq!(parallelism(&par(8, 2, 1, None), &mla), par(8, 2, 1, None));
+    }
+
+    #[test]
+    fn the_rendered_pair_is_what_the_sidecar_reads_and_checks() {
+        let mut spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"path": "deepseek-ai/DeepSeek-V3.2-Exp"}, "kvTransfer": {"pageSize": 64},
+            "prefill": {"parallelism": {"tp": 8}, "accelerator": "H200"},
+            "decode": {"parallelism": {"tp": 8}, "accelerator": "H200"},
+        }))
+        .unwrap();
+        let f = crate::model::resolve(&spec.model, None);
+        // decode.json is the typed topology on the wire: the sidecar parses back the same value.
+        let d = decode_topology(&spec, &f);
+        assert_eq!(DecodeTopology::parse(&serde_json::to_value(&d).unwrap()).unwrap(), d);
+        assert!(crate::handshake::core::handshake(&d, &prefill_info(&spec, &f)).is_ok());
+        // DSA `auto` resolves per GPU generation: a Hopper prefill and a Blackwell decode differ.
+        spec.decode.accelerator = Some(Accelerator::B200);
+        let err = crate::handshake::core::handshake(&decode_topology(&spec, &f), &prefill_info(&spec, &f)).unwrap_err();
+        assert!(err.error.starts_with("KV cache dtype mismatch: prefill server has kv_cache_dtype=bfloat16"), "{err:?}");
+        assert_eq!(err.check.field(), "spec.kvTransfer.kvCacheDtype");
     }
 }

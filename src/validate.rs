@@ -5,7 +5,8 @@
 use serde::Serialize;
 
 use crate::api::{Accelerator, AllocationPolicy, EngineType, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
-use crate::model::{HfConfig, PoolKind, ModelFacts};
+use crate::handshake::core::{Check, HandshakeFailure, PERF_WARNING, PoolKind};
+use crate::model::{HfConfig, ModelFacts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -43,8 +44,6 @@ impl Finding {
 
 /// Exact SGLang 0.5.23 texts that users will also find in engine logs.
 pub mod texts {
-    pub const DCP_NEEDS_MLA: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
-    pub const DCP_NO_SHARDING: &str = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
     pub const MXFP8_BLACKWELL: &str =
         "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU for the block-scaled operands used by the FA4 MXFP8 attention path.";
     pub const TRTLLM_MLA_BLACKWELL: &str =
@@ -67,12 +66,9 @@ pub mod texts {
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
     pub const PREFILL_NO_FAKE: &str = "Prefill server does not support 'fake' as the transfer backend";
-    pub const PERF_WARNING: &str = "Performance is NOT guaranteed when using different TP sizes for non-MLA models. ";
     pub const SHARDING_PREFILL_ONLY: &str = "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe of every cached page, which is incompatible with local decode.";
     pub const STAGING_NOT_MLA: &str =
         "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
-    pub const PREFILL_COMPLETE_PEER: &str = "prefill_complete requires peer attention TP1/CP1/PP1";
-    pub const DSPARK_TP: &str = "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -752,15 +748,70 @@ fn unknown_kind(spec: &PDDeploymentSpec, needed_for: &str) -> Finding {
     )
 }
 
-/// The decode-side handshake checks (#1..#13) that the spec decides, in SGLang's order.
+/// The decode's handshake (checks #1..#13, the rank mapping, the receiver's checks), run by the
+/// sidecar's own core on the pair the operator renders: SGLang's text, reported per check.
 fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     check_page_and_dtype(spec, facts, out);
-    check_equal_attn_tp(spec, facts, out);
-    check_decode_dcp(spec, facts, out);
-    check_rank_mapping(spec, facts, out);
+    // An unknown pool kind: the verdict on every kind SGLang has; a check that only some fail
+    // cannot be decided offline.
+    let pools = match facts.pool() {
+        Some(pool) => vec![pool],
+        None => vec![PoolKind::Mla, PoolKind::HybridMla, PoolKind::Mha],
+    };
+    let verdicts: Vec<_> = pools.iter().map(|&pool| rendered_handshake(spec, facts, pool)).collect();
+    let mut seen = Vec::new();
+    for failure in verdicts.iter().flat_map(|(failures, _)| failures) {
+        if seen.contains(&failure.check) {
+            continue;
+        }
+        seen.push(failure.check);
+        if verdicts.iter().all(|(failures, _)| failures.iter().any(|f| f.check == failure.check)) {
+            out.push(handshake_finding(spec, facts, failure));
+        } else {
+            out.push(unknown_kind(spec, failure.check.topic()));
+        }
+    }
+    let (p, d) = (spec.prefill.parallelism.attn_tp(), spec.decode.parallelism.attn_tp());
+    if facts.pool().is_some() && verdicts[0].1.iter().any(|w| w == PERF_WARNING) {
+        out.push(Finding::warning(
+            "non-mla-different-tp",
+            "spec.decode.parallelism.tp",
+            PERF_WARNING,
+            format!("attention TP is {p} on prefill and {d} on decode; equal sizes avoid re-slicing KV heads in transfer"),
+        ));
+    }
 }
 
-/// Checks #1 and #2: the page size and KV dtype both roles report.
+/// The handshake core's verdict on the rendered decode topology and prefill info. DSpark's
+/// layout describes the pools (item lengths, layer ids), which only the engines know; with its
+/// flags paired, both roles report the same one, so admission stands in an equal marker.
+fn rendered_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> (Vec<HandshakeFailure>, Vec<String>) {
+    let mut decode = crate::resolve::decode_topology_for(spec, facts, pool);
+    let mut prefill = crate::resolve::prefill_info(spec, facts);
+    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
+        || [&spec.prefill, &spec.decode]
+            .iter()
+            .any(|r| extra_value(&r.template.extra_args, "speculative_algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
+    if dspark {
+        let marker = serde_json::Map::from_iter([("dspark".to_owned(), serde_json::Value::Bool(true))]);
+        prefill.dsv41_spec_layout = serde_json::Value::Object(marker.clone());
+        decode.dsv41_spec_layout = Some(marker);
+    }
+    crate::handshake::core::all_failures(&decode, &prefill)
+}
+
+/// A handshake failure as a finding: SGLang's text, the check's rule, field and fix.
+fn handshake_finding(spec: &PDDeploymentSpec, facts: &ModelFacts, f: &HandshakeFailure) -> Finding {
+    let mut message = f.error.clone();
+    if f.check == Check::DcpNeedsMla {
+        let source = facts.source.as_ref().map(ToString::to_string).unwrap_or_default();
+        message = format!("{message} {} has a non-MLA KV pool (attention kind from {source})", facts.describe(&spec.model.path));
+    }
+    Finding::error(f.check.rule(), f.check.field(), message, f.check.fix())
+}
+
+/// What the spec decides of checks #1 and #2 before any pair is rendered: a page size both
+/// roles keep, and a DSA dtype that GPU generations resolve differently.
 fn check_page_and_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let model = facts.describe(&spec.model.path);
     let kv = &spec.kv_transfer;
@@ -784,138 +835,7 @@ fn check_page_and_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut V
     }
 }
 
-/// Checks #3, #6 and #7: pools whose transfer needs equal attention TP on both roles.
-fn check_equal_attn_tp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
-    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
-    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
-    let pool = facts.pool();
-    let kv = &spec.kv_transfer;
-    // #3: MiniMax-M3 sparse pools need equal attention TP.
-    if facts.traits.minimax_sparse && p_attn_tp != d_attn_tp {
-        out.push(Finding::error(
-            "minimax-equal-attn-tp",
-            "spec.decode.parallelism.tp",
-            format!("MiniMax sparse PD requires matching attention TP sizes: prefill={p_attn_tp}, decode={d_attn_tp}."),
-            "give both roles the same attention TP (tp / attnDp / attnCp)",
-        ));
-    }
-    // #6: DeepSeek-V4.1 DSpark needs equal TP except the prefill-CP fan-in.
-    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
-        || [&spec.prefill, &spec.decode]
-            .iter()
-            .any(|r| flag_value(&r.template.extra_args, "--speculative-algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
-    if dspark && p_attn_tp != d_attn_tp {
-        let cp_fan_in =
-            pp_.attn_cp > 1 && pool.is_some_and(PoolKind::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
-        if !cp_fan_in {
-            out.push(Finding::error(
-                "dspark-equal-tp",
-                "spec.decode.parallelism.tp",
-                texts::DSPARK_TP,
-                "give both roles the same attention TP",
-            ));
-        }
-    }
-    // #7: MXFP8 KV on a non-MLA pool needs equal attention TP.
-    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && p_attn_tp != d_attn_tp {
-        match pool {
-            None => out.push(unknown_kind(spec, "MXFP8 KV with different attention TP sizes")),
-            Some(PoolKind::Mha) => {
-                let states = if facts.traits.hybrid_swa { "['block_scale', 'block_scale_swa']" } else { "['block_scale']" };
-                out.push(Finding::error(
-                    "mxfp8-equal-attn-tp",
-                    "spec.decode.parallelism.tp",
-                    format!("PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={p_attn_tp}, decode attn_tp_size={d_attn_tp}, state types {states}."),
-                    "give both roles the same attention TP, or use another kvCacheDtype",
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-}
-
-/// Checks #8..#10: decode context parallelism.
-fn check_decode_dcp(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
-    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
-    let pool = facts.pool();
-    let model = facts.describe(&spec.model.path);
-    // #8..#10: decode context parallelism.
-    if dp_.dcp > 1 {
-        match pool {
-            None => out.push(unknown_kind(spec, "decode dcp > 1")),
-            Some(PoolKind::Mha) => out.push(Finding::error(
-                "decode-dcp-needs-mla",
-                "spec.decode.parallelism.dcp",
-                format!("{} {model} has a non-MLA KV pool (attention kind from {})", texts::DCP_NEEDS_MLA, facts.source.as_ref().map(ToString::to_string).unwrap_or_default()),
-                "set spec.decode.parallelism.dcp: 1 (DCP only shards MLA latent caches), or serve an MLA / hybrid-MLA model such as DeepSeek-V3",
-            )),
-            Some(_) => {}
-        }
-        if pp_.attn_cp != 1 {
-            out.push(Finding::error(
-                "decode-dcp-prefill-cp",
-                "spec.prefill.parallelism.attnCp",
-                format!("PD decode DCP currently requires prefill attention CP=1, got {}.", pp_.attn_cp),
-                "set spec.prefill.parallelism.attnCp: 1, or decode dcp: 1",
-            ));
-        }
-        if spec.prefill.enable_kv_cache_sharding {
-            out.push(Finding::error(
-                "decode-dcp-prefill-sharding",
-                "spec.prefill.enableKvCacheSharding",
-                texts::DCP_NO_SHARDING,
-                "turn off prefill enableKvCacheSharding, or set decode dcp: 1",
-            ));
-        }
-    }
-}
-
-/// Check #11, the non-MLA warning, #12 and #13: the TP, CP and PP parts of the rank mapping.
-fn check_rank_mapping(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
-    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
-    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
-    let pool = facts.pool();
-    // #11 and the non-MLA warning: the TP part of the rank mapping.
-    if spec.prefill.enable_kv_cache_sharding && pp_.attn_cp == 1 && p_attn_tp != d_attn_tp && pool != Some(PoolKind::HybridMla) {
-        match pool {
-            None => out.push(unknown_kind(spec, "KV-cache sharding with different attention TP sizes")),
-            Some(PoolKind::Mla) => out.push(Finding::error(
-                "mla-sharding-equal-tp",
-                "spec.decode.parallelism.tp",
-                format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={p_attn_tp} decode={d_attn_tp}"),
-                "give both roles the same attention TP, or turn off prefill enableKvCacheSharding",
-            )),
-            _ => {}
-        }
-    }
-    if p_attn_tp != d_attn_tp && pool == Some(PoolKind::Mha) {
-        out.push(Finding::warning(
-            "non-mla-different-tp",
-            "spec.decode.parallelism.tp",
-            texts::PERF_WARNING,
-            format!("attention TP is {p_attn_tp} on prefill and {d_attn_tp} on decode; equal sizes avoid re-slicing KV heads in transfer"),
-        ));
-    }
-    // #12, #13: the CP and PP parts of the mapping.
-    if dp_.attn_cp != 1 {
-        out.push(Finding::error(
-            "decode-cp-one",
-            "spec.decode.parallelism.attnCp",
-            format!("Decode cp size ({}) should be equal to 1", dp_.attn_cp),
-            "set spec.decode.parallelism.attnCp: 1 (use dcp for decode context parallelism on MLA models)",
-        ));
-    }
-    if dp_.pp != pp_.pp && dp_.pp != 1 {
-        out.push(Finding::error(
-            "decode-pp",
-            "spec.decode.parallelism.pp",
-            format!("Decode pp size ({}) should be equal to prefill pp size ({}) or 1", dp_.pp, pp_.pp),
-            format!("set spec.decode.parallelism.pp to 1 or {}", pp_.pp),
-        ));
-    }
-}
-
-/// `prefill_complete` narrows what both roles may use (start-up and receiver-time checks).
+/// `prefill_complete` narrows what both roles may use at start-up.
 fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     if spec.kv_transfer.decode_allocation_policy != AllocationPolicy::PrefillComplete {
         return;
@@ -946,15 +866,8 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
             ));
         }
     }
-    let p = &spec.prefill.parallelism;
-    if p.attn_tp() != 1 || p.attn_cp != 1 || p.pp != 1 {
-        out.push(Finding::error(
-            "prefill-complete-peer",
-            "spec.prefill.parallelism",
-            texts::PREFILL_COMPLETE_PEER,
-            "give the prefill attention TP 1, attnCp 1 and pp 1, or use decodeAllocationPolicy: early",
-        ));
-    }
+    // The receiver's `prefill_complete requires peer attention TP1/CP1/PP1` is the handshake
+    // core's (check_handshake).
 }
 
 /// Rules SGLang does not enforce but whose violation breaks serving (spec §7a item 12).

@@ -45,7 +45,8 @@ OPERATOR_ONLY = {
     "page-size-required", "page-size-mismatch", "minimax-equal-attn-tp", "dspark-equal-tp",
     "mxfp8-equal-attn-tp", "decode-dcp-needs-mla", "decode-dcp-prefill-cp",
     "decode-dcp-prefill-sharding", "mla-sharding-equal-tp", "decode-cp-one", "decode-pp",
-    "attention-kind-unknown", "prefill-complete-peer",
+    "attention-kind-unknown", "prefill-complete-peer", "kv-dtype-mismatch", "kv-layout-mismatch",
+    "dspark-layout-mismatch", "allocation-policy-mismatch", "handshake-mapping",
     # rank mapping and routing that fail per request
     "attn-tp-divide", "prefill-replica-dp", "staging-buffer-mla",
 }
