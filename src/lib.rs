@@ -8,6 +8,7 @@ pub mod model;
 pub mod parity;
 pub mod render;
 pub mod resolve;
+pub mod sglang_args;
 pub mod shutdown;
 pub mod sim;
 pub mod telemetry;

@@ -30,6 +30,9 @@ pub struct Case {
     pub processes: Vec<EngineProcess>,
     /// What `render` hands the decode's handshake sidecar (`decode.json`).
     pub decode_topology: crate::handshake::core::DecodeTopology,
+    /// The page size and KV dtype the operator expects the prefill to report.
+    pub prefill_page_size: Option<i64>,
+    pub prefill_kv_cache_dtype: Option<String>,
     /// The prefill's and the decode's accelerator, where named.
     pub accelerators: [Option<crate::api::Accelerator>; 2],
 }
@@ -47,6 +50,9 @@ pub fn engine_env(spec: &PDDeploymentSpec, role: Role) -> Vec<(String, String)> 
 
 /// Builds the case from the findings `validate` already computed for this spec.
 pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: Vec<Finding>) -> Case {
+    let valid = validate::is_valid(&findings);
+    // What `render` runs: the page size the operator passes to both roles.
+    let spec = &crate::resolve::with_page_size(spec, facts);
     let mut processes = Vec::new();
     for role in [Role::Prefill, Role::Decode] {
         let env = engine_env(spec, role);
@@ -56,13 +62,16 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
         }
     }
     let decode_topology = crate::resolve::decode_topology(spec, facts);
+    let prefill = crate::resolve::prefill_info(spec, facts);
     Case {
         name: name.to_owned(),
-        valid: validate::is_valid(&findings),
+        valid,
         architecture: facts.architecture.clone(),
         findings,
         processes,
         decode_topology,
+        prefill_page_size: prefill.page_size,
+        prefill_kv_cache_dtype: prefill.kv_cache_dtype,
         accelerators: [spec.prefill.accelerator, spec.decode.accelerator],
     }
 }

@@ -696,7 +696,10 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     }
     let prefill_addresses: Vec<String> =
         (0..spec.prefill.replicas.max(0) as u32).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
-    let decode_json = serde_json::to_string_pretty(&crate::resolve::decode_topology(spec, facts))
+    // Engines and the sidecar get the page size the operator passes to both roles (the spec's,
+    // or the one both resolve when it is unset); the revision stays the spec's.
+    let pinned = crate::resolve::with_page_size(spec, facts);
+    let decode_json = serde_json::to_string_pretty(&crate::resolve::decode_topology(&pinned, facts))
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     out.config_maps.push(ConfigMap {
         metadata: meta(handshake_config_name(name), &ns, common_labels(name, "decode"), &owners),
@@ -715,7 +718,7 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         let revision = role_revision(spec, role, opts);
         for instance in 0..rs.replicas.max(0) as u32 {
             for node in 0..rs.nodes_per_instance() {
-                let slot = PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts };
+                let slot = PodSlot { spec: &pinned, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts };
                 out.pods.push(slot.pod());
             }
         }

@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::api::{Accelerator, AttentionKind, CpStrategy, DEFAULT_HTTP_PORT, KvCacheDtype, PDDeploymentSpec, Parallelism, Role};
 use crate::handshake::core::{DecodeTopology, PoolKind, PrefillInfo};
 use crate::model::ModelFacts;
+use crate::sglang_args::extra_value;
 
 /// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`).
 pub const DEEPSEEK_OVERRIDE_ARCHS: &[&str] = &[
@@ -63,25 +64,139 @@ pub fn parallelism(p: &Parallelism, facts: &ModelFacts) -> Parallelism {
     Parallelism { attn_dp, dp: 1, attn_cp, ..p.clone() }
 }
 
-/// The spec with each role's parallelism as SGLang resolves it: what the engines report in the
-/// handshake and what the rank mapping runs on.
+/// The spec with each role's parallelism as SGLang resolves it and the page size the operator
+/// passes (`with_page_size`): what the engines report in the handshake and map ranks with.
 pub fn spec(spec: &PDDeploymentSpec, facts: &ModelFacts) -> PDDeploymentSpec {
-    let mut out = spec.clone();
+    let mut out = with_page_size(spec, facts);
     out.prefill.parallelism = parallelism(&spec.prefill.parallelism, facts);
     out.decode.parallelism = parallelism(&spec.decode.parallelism, facts);
     out
 }
 
-/// The page size both roles resolve (spec §6.4): DeepSeek-V4 forces 256 and DSA models 64
-/// whatever `--page-size` says; otherwise the one the operator passes, if any.
-pub fn page_size(spec: &PDDeploymentSpec, facts: &ModelFacts) -> Option<u32> {
+/// Page sizes tried, in order, when the roles' own resolutions of an unset page size differ.
+const PAGE_CANDIDATES: [u32; 6] = [64, 128, 32, 16, 256, 1];
+
+/// What each role resolves from `requested`, on every accelerator it may run on (its own, or
+/// every profile when it names none): the set of (prefill, decode) pairs.
+fn resolutions(spec: &PDDeploymentSpec, facts: &ModelFacts, requested: Option<u32>) -> Vec<(u32, u32)> {
+    let profiles = |role: Role| spec.role(role).accelerator.map_or(Accelerator::ALL.to_vec(), |a| vec![a]);
+    let on = |role: Role, acc: Accelerator| {
+        let mut s = spec.clone();
+        match role {
+            Role::Prefill => s.prefill.accelerator = Some(acc),
+            Role::Decode => s.decode.accelerator = Some(acc),
+        }
+        role_page_size(&s, facts, role, requested)
+    };
+    let mut out = Vec::new();
+    for p in profiles(Role::Prefill) {
+        for d in profiles(Role::Decode) {
+            out.push((on(Role::Prefill, p), on(Role::Decode, d)));
+        }
+    }
+    out
+}
+
+/// The one page size both roles keep when `kvTransfer.pageSize` is unset (issue 15 item 5): the
+/// size they both resolve by themselves, else the first of 64, 128, 32, 16, 256, 1 that both
+/// keep on every accelerator they may run on. `Err` with what each role resolves by itself when
+/// no single value works. A set page size is passed as it is (the handshake judges it).
+pub fn unset_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts) -> Result<u32, (u32, u32)> {
+    let agreed = |requested: Option<u32>| {
+        let pairs = resolutions(spec, facts, requested);
+        let (p, d) = pairs[0];
+        (p == d && pairs.iter().all(|pair| *pair == (p, d))).then_some(p)
+    };
+    agreed(None)
+        .or_else(|| PAGE_CANDIDATES.into_iter().find(|&v| agreed(Some(v)) == Some(v)))
+        .ok_or_else(|| resolutions(spec, facts, None)[0])
+}
+
+/// The spec with the page size the operator passes to both roles: the spec's, or the one
+/// `unset_page_size` finds (left unset when there is none; validate refuses that spec).
+pub fn with_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts) -> PDDeploymentSpec {
+    let mut out = spec.clone();
+    if out.kv_transfer.page_size.is_none() {
+        out.kv_transfer.page_size = unset_page_size(spec, facts).ok();
+    }
+    out
+}
+
+/// The page size DeepSeek-V4 (256) and DSA models (64) force whatever `--page-size` says.
+fn forced_page_size(facts: &ModelFacts) -> Option<u32> {
     if facts.traits.deepseek_v4 {
         Some(256)
     } else if facts.is_dsa() {
         Some(64)
     } else {
-        spec.kv_transfer.page_size
+        None
     }
+}
+
+/// The attention backends a role resolves: (`attention_backend`, prefill phase, decode phase),
+/// as the model overrides and `_attention_backend_default` set them. An unnamed accelerator is
+/// taken as Hopper (as for the KV dtype).
+pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> [Option<String>; 3] {
+    let rs = spec.role(role);
+    let blackwell = rs.accelerator.is_some_and(Accelerator::is_blackwell);
+    let args = &rs.template.extra_args;
+    let [mut attention, prefill, decode] =
+        ["attention_backend", "prefill_attention_backend", "decode_attention_backend"].map(|d| extra_value(args, d));
+    let arch = facts.architecture.as_deref();
+    if attention.is_none() && prefill.is_none() && decode.is_none() {
+        // The model overrides' own defaults.
+        if blackwell && !facts.is_dsa() && arch.is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a)) {
+            attention = Some("trtllm_mla".into());
+        } else if arch == Some("GptOssForCausalLM") {
+            attention = Some(if blackwell { "trtllm_mha" } else { "fa3" }.into());
+        }
+    }
+    if prefill.is_some() && prefill == decode {
+        attention.clone_from(&prefill);
+    } else if attention.is_none() {
+        // `get_default_attn_backend` (no speculative top-k > 1).
+        let mla = matches!(facts.attention, Some(AttentionKind::Mla | AttentionKind::HybridMla));
+        attention = Some(
+            match (mla, blackwell) {
+                (true, true) => "flashinfer",
+                (false, true) => "trtllm_mha",
+                (_, false) => "fa3",
+            }
+            .into(),
+        );
+    }
+    [attention, prefill, decode]
+}
+
+/// The page size one role resolves from `requested` (`--page-size`, or none): the forced sizes,
+/// then the backends' page constraints in SGLang's order (`_mla_backend_page_constraints`,
+/// `_fa4_page_constraint`), then `_page_size_default` (1).
+pub fn role_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role, requested: Option<u32>) -> u32 {
+    if let Some(forced) = forced_page_size(facts) {
+        return forced;
+    }
+    let [attention, prefill, decode] = attention_backends(spec, facts, role);
+    let uses = |backend: &str, phases: &[&Option<String>]| phases.iter().any(|b| b.as_deref() == Some(backend));
+    let all = [&attention, &prefill, &decode];
+    let mut page = requested;
+    if uses("flashmla", &[&attention, &decode]) {
+        page = Some(64);
+    }
+    if uses("trtllm_mla", &[&attention, &decode]) && !matches!(page, Some(32 | 64)) {
+        page = Some(64);
+    }
+    if uses("cutedsl_mla", &all) && !matches!(page, Some(32 | 64)) {
+        page = Some(64);
+    }
+    if uses("trtllm_mha", &all) && !matches!(page, Some(16 | 32 | 64 | 128)) {
+        page = Some(64);
+    }
+    let mla = matches!(facts.attention, Some(AttentionKind::Mla | AttentionKind::HybridMla));
+    let blackwell = spec.role(role).accelerator.is_some_and(Accelerator::is_blackwell);
+    if uses("fa4", &all) && !mla && blackwell {
+        page = Some(128);
+    }
+    page.unwrap_or(1)
 }
 
 /// The KV dtype string a role reports and the decode compares (spec §6.3): DSA models resolve
@@ -123,7 +238,7 @@ pub fn decode_topology_for(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: Po
         attn_cp_size: p.attn_cp.into(),
         pp_size: p.pp.into(),
         dcp_size: p.dcp.into(),
-        page_size: page_size(spec, facts).unwrap_or(1).into(),
+        page_size: role_page_size(spec, facts, Role::Decode, spec.kv_transfer.page_size).into(),
         kv_cache_dtype: kv_cache_dtype(spec, facts, Role::Decode),
         kv_pool: pool,
         all_cp_ranks_transfer: kv.all_cp_ranks_transfer,
@@ -140,7 +255,7 @@ pub fn decode_topology(spec: &PDDeploymentSpec, facts: &ModelFacts) -> DecodeTop
 }
 
 /// The record the decode builds from the prefill's `GET /route` topology body, as SGLang's
-/// prefill would report it for this spec (an unset page size is left out of the comparison).
+/// prefill would report it for this spec.
 pub fn prefill_info(spec: &PDDeploymentSpec, facts: &ModelFacts) -> PrefillInfo {
     let p = parallelism(&spec.prefill.parallelism, facts);
     let rs = &spec.prefill;
@@ -150,7 +265,7 @@ pub fn prefill_info(spec: &PDDeploymentSpec, facts: &ModelFacts) -> PrefillInfo 
         // The bootstrap server records attention DP groups, or replica DP when there is some.
         dp_size: if p.dp == 1 { p.attn_dp } else { p.dp }.into(),
         pp_size: p.pp.into(),
-        page_size: page_size(spec, facts).map(i64::from),
+        page_size: Some(role_page_size(spec, facts, Role::Prefill, spec.kv_transfer.page_size).into()),
         kv_cache_dtype: Some(kv_cache_dtype(spec, facts, Role::Prefill)),
         follow_bootstrap_room: true,
         enable_dsa_cache_layer_split: rs.enable_dsa_cache_layer_split,
@@ -212,5 +327,30 @@ mod tests {
         let err = crate::handshake::core::handshake(&decode_topology(&spec, &f), &prefill_info(&spec, &f)).unwrap_err();
         assert!(err.error.starts_with("KV cache dtype mismatch: prefill server has kv_cache_dtype=bfloat16"), "{err:?}");
         assert_eq!(err.check.field(), "spec.kvTransfer.kvCacheDtype");
+    }
+
+    #[test]
+    fn an_unset_page_size_is_what_both_roles_keep() {
+        let spec = |model: &str, acc: Option<Accelerator>| {
+            let mut s: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+                "model": {"path": model}, "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}},
+            }))
+            .unwrap();
+            s.prefill.accelerator = acc;
+            s.decode.accelerator = acc;
+            s
+        };
+        let resolved = |s: &PDDeploymentSpec| unset_page_size(s, &crate::model::resolve(&s.model, None));
+        // Hopper GQA resolves fa3 and page 1 on both roles by itself.
+        assert_eq!(resolved(&spec("Qwen/Qwen2.5-72B-Instruct", Some(Accelerator::H200))), Ok(1));
+        // B200 GQA resolves trtllm_mha, which turns an unset page size into 64.
+        assert_eq!(resolved(&spec("Qwen/Qwen2.5-72B-Instruct", Some(Accelerator::B200))), Ok(64));
+        // Unknown accelerators: 1 on Hopper and 64 on B200 by themselves; 64 is kept on all.
+        assert_eq!(resolved(&spec("deepseek-ai/DeepSeek-V3", None)), Ok(64));
+        // DSA forces 64, DeepSeek-V4 256.
+        assert_eq!(resolved(&spec("deepseek-ai/DeepSeek-V3.2-Exp", None)), Ok(64));
+        let mut v4 = spec("x", None);
+        v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
+        assert_eq!(resolved(&v4), Ok(256));
     }
 }

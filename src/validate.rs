@@ -73,10 +73,7 @@ pub mod texts {
 }
 
 use crate::api::Role;
-
-/// SGLang 0.5.23's `sglang serve` options, `--option dest` per line (tests/parity/dump_flags.py
-/// writes it from SGLang's own parser).
-static SGLANG_OPTIONS: &str = include_str!("sglang_flags.txt");
+pub use crate::sglang_args::{OptionMatch, extra_value, match_option};
 
 /// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,
 /// under any of their option strings or abbreviations.
@@ -108,39 +105,6 @@ pub const MANAGED_DESTS: &[&str] = &[
     "nnodes",
     "node_rank",
 ];
-
-/// How SGLang's argparse parser (`allow_abbrev` on) reads one `--…` argument.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OptionMatch {
-    /// An option string, exactly or as its unique prefix.
-    Option { option: &'static str, dest: &'static str },
-    /// A prefix of several options: argparse exits with `ambiguous option`.
-    Ambiguous(Vec<&'static str>),
-    /// No option starts with it: argparse exits with `unrecognized arguments`.
-    Unknown,
-}
-
-fn sglang_options() -> impl Iterator<Item = (&'static str, &'static str)> {
-    SGLANG_OPTIONS.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' '))
-}
-
-/// Matches an argument the way Python 3.11's argparse does: the part before `=` exactly, else
-/// as a prefix. `None` for arguments that are not long options (values, `--` itself).
-pub fn match_option(arg: &str) -> Option<OptionMatch> {
-    if !arg.starts_with("--") || arg == "--" {
-        return None;
-    }
-    let name = arg.split_once('=').map_or(arg, |(n, _)| n);
-    if let Some((option, dest)) = sglang_options().find(|(o, _)| *o == name) {
-        return Some(OptionMatch::Option { option, dest });
-    }
-    let matches: Vec<_> = sglang_options().filter(|(o, _)| o.starts_with(name)).collect();
-    Some(match matches.as_slice() {
-        [] => OptionMatch::Unknown,
-        [(option, dest)] => OptionMatch::Option { option, dest },
-        many => OptionMatch::Ambiguous(many.iter().map(|(o, _)| *o).collect()),
-    })
-}
 
 /// Environment variables the operator sets on engine containers.
 pub const MANAGED_ENV: &[&str] = &["SGLANG_HOST_IP", "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"];
@@ -480,23 +444,6 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
     }
 }
 
-/// The last value extraArgs give an argparse destination (argparse keeps the last), matching
-/// options as SGLang's parser does; `Some("")` for a bare switch.
-pub fn extra_value(args: &[String], dest: &str) -> Option<String> {
-    let mut found = None;
-    for (i, arg) in args.iter().enumerate() {
-        if let Some(OptionMatch::Option { dest: d, .. }) = match_option(arg)
-            && d == dest
-        {
-            found = Some(match arg.split_once('=') {
-                Some((_, v)) => v.to_owned(),
-                None => args.get(i + 1).filter(|v| !v.starts_with("--")).cloned().unwrap_or_default(),
-            });
-        }
-    }
-    found
-}
-
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
 
 /// The first start-up refusal that depends on the GPU, for one accelerator.
@@ -815,13 +762,16 @@ fn handshake_finding(spec: &PDDeploymentSpec, facts: &ModelFacts, f: &HandshakeF
 fn check_page_and_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let model = facts.describe(&spec.model.path);
     let kv = &spec.kv_transfer;
-    // #1: one page size for both roles, always passed explicitly.
-    if kv.page_size.is_none() {
+    // #1: one page size for both roles. Unset, the operator passes the one both resolve, or
+    // one both keep; only when there is none is the spec refused.
+    if kv.page_size.is_none()
+        && let Err((p, d)) = crate::resolve::unset_page_size(spec, facts)
+    {
         out.push(Finding::error(
             "page-size-required",
             "spec.kvTransfer.pageSize",
-            "page size is not set: each role would resolve its own (1 on CUDA, 128 for FA4 on SM100, 256 for DeepSeek-V4, ...) and SGLang's handshake fails with `Page size mismatch: prefill server has page_size=…, but decode server has page_size=…. Both servers must use the same --page-size value.`",
-            "set spec.kvTransfer.pageSize, e.g. 64; it is passed as --page-size to both roles",
+            format!("page size is not set, the roles resolve different ones (prefill {p}, decode {d}) and no single --page-size is kept by both, so SGLang's handshake would fail with `Page size mismatch: prefill server has page_size={p}, but decode server has page_size={d}. Both servers must use the same --page-size value.`"),
+            "set spec.kvTransfer.pageSize, or give the roles attention backends that keep the same page size",
         ));
     }
     // #2: the compared dtype is the resolved string; DSA models resolve `auto` per GPU generation.

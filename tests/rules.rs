@@ -326,10 +326,38 @@ fn fake_backend_is_refused_on_prefill() {
 }
 
 #[test]
-fn page_size_is_required() {
-    let mut bad = mla();
+fn an_unset_page_size_is_refused_only_when_no_single_value_works() {
+    use pd_operator::api::Accelerator;
+    // Unset on DeepSeek-V3: trtllm_mla on B200 resolves 64, fa3 on Hopper 1; 64 is kept by
+    // both on every profile, so the operator passes it.
+    let mut good = mla();
+    good.kv_transfer.page_size = None;
+    // A B200 prefill forced to 128 by FA4 and a decode forced to 64 by FlashMLA: no value works.
+    let mut bad = gqa();
     bad.kv_transfer.page_size = None;
-    case("page-size-required", mla(), bad, "spec.kvTransfer.pageSize", "Page size mismatch");
+    bad.prefill.accelerator = Some(Accelerator::B200);
+    bad.prefill.template.extra_args = vec!["--attention-backend".into(), "fa4".into()];
+    bad.decode.template.extra_args = vec!["--attention-backend".into(), "flashmla".into()];
+    case(
+        "page-size-required",
+        good,
+        bad.clone(),
+        "spec.kvTransfer.pageSize",
+        "Page size mismatch: prefill server has page_size=128, but decode server has page_size=64.",
+    );
+    // Set, the same pair fails the handshake core's check #1 with SGLang's text.
+    bad.kv_transfer.page_size = Some(128);
+    let f = run(&bad);
+    assert!(
+        has(
+            &f,
+            "page-size-mismatch",
+            Severity::Error,
+            "spec.kvTransfer.pageSize",
+            "Page size mismatch: prefill server has page_size=128, but decode server has page_size=64."
+        ),
+        "{f:#?}"
+    );
 }
 
 #[test]
@@ -689,9 +717,9 @@ fn every_violation_is_reported_not_only_the_first() {
     let mut bad = gqa();
     bad.decode.parallelism.dcp = 2;
     bad.decode.parallelism.attn_cp = 2;
-    bad.kv_transfer.page_size = None;
+    bad.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
     let rules: Vec<&str> = run(&bad).iter().map(|f| f.rule).collect();
-    for r in ["decode-dcp-needs-mla", "decode-cp-one", "page-size-required", "dcp-with-prefill-cp"] {
+    for r in ["decode-dcp-needs-mla", "decode-cp-one", "prefill-complete-peer", "dcp-with-prefill-cp"] {
         assert!(rules.contains(&r), "{r} missing from {rules:?}");
     }
 }
