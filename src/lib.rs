@@ -7,6 +7,8 @@ pub mod manifest;
 pub mod model;
 pub mod parity;
 pub mod render;
+pub mod resolve;
+pub mod sglang_args;
 pub mod shutdown;
 pub mod sim;
 pub mod telemetry;

@@ -6,23 +6,9 @@ use thiserror::Error;
 
 use crate::api::{AttentionKind, ModelSpec};
 
-/// The KV pool kind that SGLang's PD handshake looks at (`is_mla_backend`, `is_hybrid_mla_backend`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KvPool {
-    Mla,
-    HybridMla,
-    /// Everything else: MHA/GQA, SWA, MiniMax sparse, hybrid linear over MHA.
-    Mha,
-}
+pub use crate::handshake::core::PoolKind;
 
-impl KvPool {
-    pub fn is_mla_or_hybrid(self) -> bool {
-        matches!(self, Self::Mla | Self::HybridMla)
-    }
-}
-
-impl From<AttentionKind> for KvPool {
+impl From<AttentionKind> for PoolKind {
     fn from(kind: AttentionKind) -> Self {
         match kind {
             AttentionKind::Mla => Self::Mla,
@@ -248,10 +234,10 @@ pub struct ModelFacts {
 
 impl ModelFacts {
     /// The KV pool kind, when the attention kind is known.
-    pub fn pool(&self) -> Option<KvPool> {
+    pub fn pool(&self) -> Option<PoolKind> {
         let kind = self.attention?;
         if self.traits.hybrid_swa && self.source != Some(KindSource::Explicit) {
-            return Some(KvPool::Mha);
+            return Some(PoolKind::Mha);
         }
         Some(kind.into())
     }
@@ -449,12 +435,12 @@ mod tests {
     #[test]
     fn catalogue_kinds() {
         let f = resolve(&spec("deepseek-ai/DeepSeek-V3"), None);
-        assert_eq!(f.pool(), Some(KvPool::Mla));
+        assert_eq!(f.pool(), Some(PoolKind::Mla));
         let f = resolve(&spec("Qwen/Qwen2.5-72B-Instruct"), None);
         assert_eq!(f.attention, Some(AttentionKind::Gqa));
-        assert_eq!(f.pool(), Some(KvPool::Mha));
+        assert_eq!(f.pool(), Some(PoolKind::Mha));
         let f = resolve(&spec("moonshotai/Kimi-Linear-48B-A3B-Instruct"), None);
-        assert_eq!(f.pool(), Some(KvPool::HybridMla));
+        assert_eq!(f.pool(), Some(PoolKind::HybridMla));
         let f = resolve(&spec("my/model"), None);
         assert_eq!(f.pool(), None);
     }
@@ -463,7 +449,7 @@ mod tests {
     fn explicit_attention_wins() {
         let mut m = spec("Qwen/Qwen2.5-72B-Instruct");
         m.attention = Some(AttentionKind::Mla);
-        assert_eq!(resolve(&m, None).pool(), Some(KvPool::Mla));
+        assert_eq!(resolve(&m, None).pool(), Some(PoolKind::Mla));
     }
 
     #[test]
@@ -504,12 +490,12 @@ mod tests {
             "DeepseekV4ForCausalLMDSpark",
         ] {
             let m = ModelSpec { path: "x".into(), architecture: Some(a.into()), ..Default::default() };
-            assert!(resolve(&m, None).pool().is_some_and(KvPool::is_mla_or_hybrid), "{a}");
+            assert!(resolve(&m, None).pool().is_some_and(PoolKind::is_mla_or_hybrid), "{a}");
         }
         // GLM-4.5/4.6 are not MLA; Dots3-Note is MLA on a hybrid-SWA pool.
         for a in ["Glm4MoeForCausalLM", "Dots3NoteForCausalLM", "GptOssForCausalLM"] {
             let m = ModelSpec { path: "x".into(), architecture: Some(a.into()), ..Default::default() };
-            assert_eq!(resolve(&m, None).pool(), Some(KvPool::Mha), "{a}");
+            assert_eq!(resolve(&m, None).pool(), Some(PoolKind::Mha), "{a}");
         }
     }
 
@@ -523,21 +509,21 @@ mod tests {
         let dsv3 = r#"{"architectures":["DeepseekV3ForCausalLM"],"kv_lora_rank":512,"num_attention_heads":128,
                       "quantization_config":{"kv_cache_quant_algo":"FP8"}}"#;
         let f = resolve(&spec("x"), Some(&HfConfig::parse(dsv3).unwrap()));
-        assert_eq!(f.pool(), Some(KvPool::Mla));
+        assert_eq!(f.pool(), Some(PoolKind::Mla));
         assert!(f.kv_fp8_checkpoint);
         assert_eq!(f.dsa, Some(false));
         let pixtral = r#"{"architectures":["PixtralForConditionalGeneration"],"text_config":{"kv_lora_rank":512}}"#;
-        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(pixtral).unwrap())).pool(), Some(KvPool::Mla));
+        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(pixtral).unwrap())).pool(), Some(PoolKind::Mla));
         let swa = r#"{"architectures":["DeepseekV3ForCausalLM"],"is_hybrid_swa":true}"#;
-        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(swa).unwrap())).pool(), Some(KvPool::Mha));
+        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(swa).unwrap())).pool(), Some(PoolKind::Mha));
         let bailing = r#"{"architectures":["BailingMoeV3ForCausalLM"],"model_type":"bailing_moe_v3"}"#;
-        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(bailing).unwrap())).pool(), Some(KvPool::Mla));
+        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(bailing).unwrap())).pool(), Some(PoolKind::Mla));
     }
 
     #[test]
     fn an_unlisted_architecture_is_not_mla_for_its_kv_lora_rank() {
         let cfg = r#"{"architectures":["SomeNewForCausalLM"],"kv_lora_rank":512,"num_attention_heads":64,"num_key_value_heads":64}"#;
-        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(cfg).unwrap())).pool(), Some(KvPool::Mha));
+        assert_eq!(resolve(&spec("x"), Some(&HfConfig::parse(cfg).unwrap())).pool(), Some(PoolKind::Mha));
     }
 
     #[test]

@@ -29,7 +29,10 @@ pub struct Case {
     pub findings: Vec<Finding>,
     pub processes: Vec<EngineProcess>,
     /// What `render` hands the decode's handshake sidecar (`decode.json`).
-    pub decode_topology: serde_json::Value,
+    pub decode_topology: crate::handshake::core::DecodeTopology,
+    /// The page size and KV dtype the operator expects the prefill to report.
+    pub prefill_page_size: Option<i64>,
+    pub prefill_kv_cache_dtype: Option<String>,
     /// The prefill's and the decode's accelerator, where named.
     pub accelerators: [Option<crate::api::Accelerator>; 2],
 }
@@ -47,6 +50,9 @@ pub fn engine_env(spec: &PDDeploymentSpec, role: Role) -> Vec<(String, String)> 
 
 /// Builds the case from the findings `validate` already computed for this spec.
 pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: Vec<Finding>) -> Case {
+    let valid = validate::is_valid(&findings);
+    // What `render` runs: the page size the operator passes to both roles.
+    let spec = &crate::resolve::with_page_size(spec, facts);
     let mut processes = Vec::new();
     for role in [Role::Prefill, Role::Decode] {
         let env = engine_env(spec, role);
@@ -55,14 +61,17 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
             processes.push(EngineProcess { role: role.as_str(), node, argv, env: env.clone() });
         }
     }
-    let decode_topology = render::decode_topology_json(spec, facts);
+    let decode_topology = crate::resolve::decode_topology(spec, facts);
+    let prefill = crate::resolve::prefill_info(spec, facts);
     Case {
         name: name.to_owned(),
-        valid: validate::is_valid(&findings),
+        valid,
         architecture: facts.architecture.clone(),
         findings,
         processes,
         decode_topology,
+        prefill_page_size: prefill.page_size,
+        prefill_kv_cache_dtype: prefill.kv_cache_dtype,
         accelerators: [spec.prefill.accelerator, spec.decode.accelerator],
     }
 }
@@ -103,7 +112,9 @@ mod tests {
             s.decode.accelerator = acc;
             s
         };
-        let topo = |s: &PDDeploymentSpec| render::decode_topology_json(s, &crate::model::resolve(&s.model, None));
+        let topo = |s: &PDDeploymentSpec| {
+            serde_json::to_value(crate::resolve::decode_topology(s, &crate::model::resolve(&s.model, None))).unwrap()
+        };
         let dsa = "deepseek-ai/DeepSeek-V3.2-Exp";
         let t = topo(&spec(dsa, "auto", Some(Accelerator::H200)));
         assert_eq!((t["page_size"].as_u64(), t["kv_cache_dtype"].as_str()), (Some(64), Some("bfloat16")));

@@ -22,10 +22,8 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::api::Role;
-use crate::api::{
-    DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, DEFAULT_SGLANG_IMAGE, EngineType, KvCacheDtype, PDDeployment, PDDeploymentSpec, RoleSpec,
-};
-use crate::model::{KvPool, ModelFacts};
+use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, DEFAULT_SGLANG_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, RoleSpec};
+use crate::model::ModelFacts;
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const OPERATOR: &str = "pd-operator";
@@ -316,67 +314,6 @@ fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
     spec.engine.image.clone().unwrap_or_else(|| match spec.engine.engine_type {
         EngineType::Sglang => DEFAULT_SGLANG_IMAGE.into(),
         EngineType::Sim => opts.operator_image.clone(),
-    })
-}
-
-/// The page size both roles resolve (spec §6.4): DeepSeek-V4 forces 256 and DSA models 64
-/// whatever `--page-size` says; otherwise the one the operator passes, if any.
-pub fn resolved_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts) -> Option<u32> {
-    if facts.traits.deepseek_v4 {
-        Some(256)
-    } else if facts.is_dsa() {
-        Some(64)
-    } else {
-        spec.kv_transfer.page_size
-    }
-}
-
-/// The KV dtype string a role reports and the decode compares (spec §6.3): DSA models resolve
-/// `auto` per GPU generation (bfloat16 below SM100, assumed when the accelerator is unknown;
-/// fp8_e4m3 from SM100) and `bf16` to `bfloat16`; DeepSeek-V4 and FP8-KV checkpoints turn
-/// `auto` into fp8_e4m3.
-pub fn resolved_kv_cache_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
-    let blackwell = spec.role(role).accelerator.is_some_and(crate::api::Accelerator::is_blackwell);
-    match spec.kv_transfer.kv_cache_dtype {
-        KvCacheDtype::Auto if facts.traits.deepseek_v4 || facts.kv_fp8_checkpoint => "fp8_e4m3".to_owned(),
-        KvCacheDtype::Auto if facts.is_dsa() => if blackwell { "fp8_e4m3" } else { "bfloat16" }.to_owned(),
-        KvCacheDtype::Bf16 if facts.is_dsa() => "bfloat16".to_owned(),
-        other => other.to_string(),
-    }
-}
-
-/// The decode topology the handshake sidecar checks prefills against (issue #6's decode JSON).
-pub fn decode_topology_json(spec: &PDDeploymentSpec, facts: &ModelFacts) -> serde_json::Value {
-    let p = &spec.decode.parallelism;
-    let kv = &spec.kv_transfer;
-    let pool = match facts.pool() {
-        Some(KvPool::Mla) => "mla",
-        Some(KvPool::HybridMla) => "hybrid_mla",
-        _ => "mha",
-    };
-    let dtype = resolved_kv_cache_dtype(spec, facts, Role::Decode);
-    let mut states: Vec<&str> = Vec::new();
-    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && pool == "mha" {
-        states.push("block_scale");
-        if facts.traits.hybrid_swa {
-            states.push("block_scale_swa");
-        }
-    }
-    if facts.traits.minimax_sparse {
-        states.push("minimax_index_k");
-    }
-    serde_json::json!({
-        "attn_tp_size": p.attn_tp(),
-        "attn_cp_size": p.attn_cp,
-        "pp_size": p.pp,
-        "dcp_size": p.dcp,
-        "page_size": resolved_page_size(spec, facts).unwrap_or(1),
-        "kv_cache_dtype": dtype,
-        "kv_pool": pool,
-        "all_cp_ranks_transfer": kv.all_cp_ranks_transfer,
-        "kv_layout": if facts.traits.deepseek_v4 { serde_json::Value::from("v4") } else { serde_json::Value::Null },
-        "dsv41_spec_layout": null,
-        "state_types": states,
     })
 }
 
@@ -873,7 +810,10 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     }
     let prefill_addresses: Vec<String> =
         (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
-    let decode_json = serde_json::to_string_pretty(&decode_topology_json(spec, facts))
+    // Engines and the sidecar get the page size the operator passes to both roles (the spec's,
+    // or the one both resolve when it is unset); the revision stays the spec's.
+    let pinned = crate::resolve::with_page_size(spec, facts);
+    let decode_json = serde_json::to_string_pretty(&crate::resolve::decode_topology(&pinned, facts))
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     out.config_maps.push(ConfigMap {
         metadata: meta(handshake_config_name(name), &ns, common_labels(name, "decode"), &owners),
@@ -892,7 +832,9 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
         let revision = role_revision(spec, role, opts);
         for instance in 0..spec.instances(role) {
             let pods = (0..rs.nodes_per_instance())
-                .map(|node| PodSlot { spec, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts }.pod())
+                .map(|node| {
+                    PodSlot { spec: &pinned, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts }.pod()
+                })
                 .collect();
             out.instances.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
         }

@@ -5,7 +5,8 @@
 use serde::Serialize;
 
 use crate::api::{Accelerator, AllocationPolicy, EngineType, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
-use crate::model::{HfConfig, KvPool, ModelFacts};
+use crate::handshake::core::{Check, HandshakeFailure, PERF_WARNING, PoolKind};
+use crate::model::{HfConfig, ModelFacts};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,8 +45,6 @@ impl std::fmt::Display for Finding {
 
 /// Exact SGLang 0.5.23 texts that users will also find in engine logs.
 pub mod texts {
-    pub const DCP_NEEDS_MLA: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
-    pub const DCP_NO_SHARDING: &str = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
     pub const MXFP8_BLACKWELL: &str =
         "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU for the block-scaled operands used by the FA4 MXFP8 attention path.";
     pub const TRTLLM_MLA_BLACKWELL: &str =
@@ -61,24 +60,21 @@ pub mod texts {
         "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP ranks and needs tp_size > 1.";
     pub const SHARDING_BACKEND: &str =
         "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or trtllm_mla for plain-TP MLA; got";
+    pub const V4_CP_ATTN_DP: &str = "For round-robin split mode, dp attention is not supported.";
+    pub const CP_SINGLE_MACHINE: &str =
+        "Context parallel only supports single machine (tp_size <= 8). Cross-machine CP has precision issues.";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
     pub const PREFILL_NO_FAKE: &str = "Prefill server does not support 'fake' as the transfer backend";
-    pub const PERF_WARNING: &str = "Performance is NOT guaranteed when using different TP sizes for non-MLA models. ";
     pub const SHARDING_PREFILL_ONLY: &str = "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe of every cached page, which is incompatible with local decode.";
     pub const STAGING_NOT_MLA: &str =
         "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
-    pub const PREFILL_COMPLETE_PEER: &str = "prefill_complete requires peer attention TP1/CP1/PP1";
-    pub const DSPARK_TP: &str = "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
 use crate::api::Role;
-
-/// SGLang 0.5.23's `sglang serve` options, `--option dest` per line (tests/parity/dump_flags.py
-/// writes it from SGLang's own parser).
-static SGLANG_OPTIONS: &str = include_str!("sglang_flags.txt");
+pub use crate::sglang_args::{OptionMatch, extra_value, match_option};
 
 /// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,
 /// under any of their option strings or abbreviations.
@@ -110,39 +106,6 @@ pub const MANAGED_DESTS: &[&str] = &[
     "nnodes",
     "node_rank",
 ];
-
-/// How SGLang's argparse parser (`allow_abbrev` on) reads one `--…` argument.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OptionMatch {
-    /// An option string, exactly or as its unique prefix.
-    Option { option: &'static str, dest: &'static str },
-    /// A prefix of several options: argparse exits with `ambiguous option`.
-    Ambiguous(Vec<&'static str>),
-    /// No option starts with it: argparse exits with `unrecognized arguments`.
-    Unknown,
-}
-
-fn sglang_options() -> impl Iterator<Item = (&'static str, &'static str)> {
-    SGLANG_OPTIONS.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' '))
-}
-
-/// Matches an argument the way Python 3.11's argparse does: the part before `=` exactly, else
-/// as a prefix. `None` for arguments that are not long options (values, `--` itself).
-pub fn match_option(arg: &str) -> Option<OptionMatch> {
-    if !arg.starts_with("--") || arg == "--" {
-        return None;
-    }
-    let name = arg.split_once('=').map_or(arg, |(n, _)| n);
-    if let Some((option, dest)) = sglang_options().find(|(o, _)| *o == name) {
-        return Some(OptionMatch::Option { option, dest });
-    }
-    let matches: Vec<_> = sglang_options().filter(|(o, _)| o.starts_with(name)).collect();
-    Some(match matches.as_slice() {
-        [] => OptionMatch::Unknown,
-        [(option, dest)] => OptionMatch::Option { option, dest },
-        many => OptionMatch::Ambiguous(many.iter().map(|(o, _)| *o).collect()),
-    })
-}
 
 /// Environment variables the operator sets on engine containers.
 pub const MANAGED_ENV: &[&str] = &["SGLANG_HOST_IP", "SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"];
@@ -200,9 +163,11 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     }
     check_paired_settings(spec, &mut out);
     if sizes_ok {
-        check_handshake(spec, facts, &mut out);
-        check_allocation_policy(spec, &mut out);
-        check_operator_policy(spec, facts, &mut out);
+        // What the engines report and map ranks with: the widths SGLang resolves.
+        let resolved = crate::resolve::spec(spec, facts);
+        check_handshake(&resolved, facts, &mut out);
+        check_allocation_policy(&resolved, &mut out);
+        check_operator_policy(&resolved, facts, &mut out);
     }
     out
 }
@@ -242,22 +207,40 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
     ok
 }
 
-/// What each engine checks at its own start-up (spec §7a item 1).
-#[expect(clippy::too_many_lines, reason = "being split into one function per SGLang check group")]
+/// What each engine checks at its own start-up (spec §7a item 1), one SGLang check group at a time.
 fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    check_widths(role, rs, facts, out);
+    check_model_overrides(role, rs, spec, facts, out);
+    check_context_parallel(role, rs, spec, out);
+    if rs.enable_kv_cache_sharding {
+        check_sharding_startup(role, rs, spec, facts, out);
+    }
+}
+
+/// Parallel widths (`_validate_parallelism`, `initialize_model_parallel`) and the DeepSeek
+/// override's DSA DCP refusal.
+fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
-    let groups = p.attn_dp * p.attn_cp;
+    // Judged on the widths SGLang runs: its DeepSeek CP layouts recompute attention DP and CP.
+    let r = crate::resolve::parallelism(p, facts);
+    let groups = r.attn_dp * r.attn_cp;
     if !p.tp.is_multiple_of(groups) {
+        let resolved = if r == *p {
+            String::new()
+        } else {
+            format!(" (SGLang's DeepSeek context-parallel layout runs attention DP {} × CP {})", r.attn_dp, r.attn_cp)
+        };
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
             format!(
-                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}",
+                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}",
                 p.tp, p.attn_dp, p.attn_cp
             ),
             format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
         ));
     }
+    check_deepseek_cp(role, p, facts, out);
     if p.dp > 1 && p.attn_dp > 1 {
         out.push(Finding::error(
             "dp-with-attn-dp",
@@ -293,6 +276,34 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             "keep dp: 1 for an instance spanning nodes; use attnDp, or scale with replicas",
         ));
     }
+}
+
+/// The asserts of SGLang's DeepSeek context-parallel layouts (`validate_deepseek_v4_cp`, the
+/// DeepSeek override's DSA block): one machine, and no attention DP under DeepSeek-V4 CP.
+fn check_deepseek_cp(role: Role, p: &Parallelism, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    use crate::resolve::CpLayout;
+    let layout = crate::resolve::cp_layout(p, facts);
+    if layout == Some(CpLayout::DeepSeekV4) && p.attn_dp.saturating_mul(p.dp) != 1 {
+        out.push(Finding::error(
+            "v4-cp-attn-dp",
+            role.field("parallelism.attnDp"),
+            texts::V4_CP_ATTN_DP,
+            "keep attnDp: 1 and dp: 1 with DeepSeek-V4 attnCp > 1",
+        ));
+    }
+    if matches!(layout, Some(CpLayout::DeepSeekV4 | CpLayout::Dsa)) && p.tp > 8 {
+        out.push(Finding::error(
+            "cp-single-machine",
+            role.field("parallelism.tp"),
+            texts::CP_SINGLE_MACHINE,
+            "keep tp at most 8 with attnCp > 1, or set attnCp: 1",
+        ));
+    }
+}
+
+/// The model overrides' KV dtype and backend checks (`model_overrides/`).
+fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
     let dtype = spec.kv_transfer.kv_cache_dtype;
     if facts.is_dsa() && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
         out.push(Finding::error(
@@ -320,15 +331,27 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             extra_value(args, "prefill_attention_backend").or(attention.clone()),
             extra_value(args, "decode_attention_backend").or(attention),
         ];
-        if chosen.iter().flatten().any(|b| !GPT_OSS_BACKENDS.contains(&b.as_str())) {
+        // SGLang picks a supported backend only when none of the three is set; the check runs
+        // before the generic default, so a side left unset is `None` and refused.
+        let unsupported = |b: &Option<String>| b.as_deref().is_none_or(|b| !GPT_OSS_BACKENDS.contains(&b));
+        if chosen.iter().any(Option::is_some) && chosen.iter().any(unsupported) {
+            let shown = |b: &Option<String>| b.clone().unwrap_or_else(|| "None".into());
             out.push(Finding::error(
                 "gpt-oss-attention-backend",
                 role.field("template.extraArgs"),
-                texts::GPT_OSS_BACKENDS,
-                format!("use one of {} as --attention-backend, or leave it to SGLang", GPT_OSS_BACKENDS.join(", ")),
+                format!("{} (prefill: {}, decode: {})", texts::GPT_OSS_BACKENDS, shown(&chosen[0]), shown(&chosen[1])),
+                format!(
+                    "use one of {} as --attention-backend (a --prefill- or --decode-attention-backend alone leaves the other phase unset), or leave all three to SGLang",
+                    GPT_OSS_BACKENDS.join(", ")
+                ),
             ));
         }
     }
+}
+
+/// Context parallelism and the prefill-only checks of the disaggregation group.
+fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
     if p.attn_cp > 1 {
         if p.dcp > 1 {
             out.push(Finding::error(
@@ -363,95 +386,64 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
             "keep prefill dcp: 1 unless you have measured a gain",
         ));
     }
-    if rs.enable_kv_cache_sharding {
-        match role {
-            Role::Decode => out.push(Finding::error(
-                "sharding-prefill-only",
-                role.field("enableKvCacheSharding"),
-                texts::SHARDING_PREFILL_ONLY,
-                "remove enableKvCacheSharding from spec.decode",
-            )),
-            Role::Prefill => {
-                let mla = facts.pool().is_some_and(KvPool::is_mla_or_hybrid);
-                let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
-                    (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
-                    (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
-                    (Some(KvPool::Mha), false) => Some(texts::SHARDING_GQA_CP),
-                    _ => None,
-                };
-                if let Some(text) = sharding_layout {
-                    out.push(Finding::error(
-                        "sharding-layout",
-                        role.field("enableKvCacheSharding"),
-                        text,
-                        "shard GQA caches with prefill attnCp > 1, MLA caches over plain TP > 1 (attnDp 1), or turn sharding off",
-                    ));
-                }
-                if p.dcp > 1 {
-                    out.push(Finding::error(
-                        "sharding-with-dcp",
-                        role.field("enableKvCacheSharding"),
-                        "--enable-kv-cache-sharding is refused with --dcp-size > 1",
-                        "turn off enableKvCacheSharding or set prefill dcp: 1",
-                    ));
-                }
-                if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                    out.push(Finding::error(
-                        "sharding-backend",
-                        "spec.kvTransfer.backend",
-                        format!(
-                            "--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'",
-                            spec.kv_transfer.backend
-                        ),
-                        "use backend: mooncake or nixl, or turn off enableKvCacheSharding",
-                    ));
-                }
-                if spec.kv_transfer.page_size == Some(1) {
-                    out.push(Finding::error(
-                        "sharding-page-size",
-                        "spec.kvTransfer.pageSize",
-                        "--enable-kv-cache-sharding needs a page size greater than 1",
-                        "set pageSize: 64 (or another size > 1)",
-                    ));
-                }
+}
+
+/// `--enable-kv-cache-sharding`: prefill only, and the layouts and backends it supports.
+fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
+    match role {
+        Role::Decode => out.push(Finding::error(
+            "sharding-prefill-only",
+            role.field("enableKvCacheSharding"),
+            texts::SHARDING_PREFILL_ONLY,
+            "remove enableKvCacheSharding from spec.decode",
+        )),
+        Role::Prefill => {
+            let mla = facts.pool().is_some_and(PoolKind::is_mla_or_hybrid);
+            let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
+                (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
+                (Some(_), _) if mla && p.attn_cp <= 1 && p.tp <= 1 => Some(texts::SHARDING_MLA_TP),
+                (Some(PoolKind::Mha), false) => Some(texts::SHARDING_GQA_CP),
+                _ => None,
+            };
+            if let Some(text) = sharding_layout {
+                out.push(Finding::error(
+                    "sharding-layout",
+                    role.field("enableKvCacheSharding"),
+                    text,
+                    "shard GQA caches with prefill attnCp > 1, MLA caches over plain TP > 1 (attnDp 1), or turn sharding off",
+                ));
+            }
+            if p.dcp > 1 {
+                out.push(Finding::error(
+                    "sharding-with-dcp",
+                    role.field("enableKvCacheSharding"),
+                    "--enable-kv-cache-sharding is refused with --dcp-size > 1",
+                    "turn off enableKvCacheSharding or set prefill dcp: 1",
+                ));
+            }
+            if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
+                out.push(Finding::error(
+                    "sharding-backend",
+                    "spec.kvTransfer.backend",
+                    format!(
+                        "--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'",
+                        spec.kv_transfer.backend
+                    ),
+                    "use backend: mooncake or nixl, or turn off enableKvCacheSharding",
+                ));
+            }
+            if spec.kv_transfer.page_size == Some(1) {
+                out.push(Finding::error(
+                    "sharding-page-size",
+                    "spec.kvTransfer.pageSize",
+                    "--enable-kv-cache-sharding needs a page size greater than 1",
+                    "set pageSize: 64 (or another size > 1)",
+                ));
             }
         }
     }
 }
-
-/// The last value extraArgs give an argparse destination (argparse keeps the last), matching
-/// options as SGLang's parser does; `Some("")` for a bare switch.
-pub fn extra_value(args: &[String], dest: &str) -> Option<String> {
-    let mut found = None;
-    for (i, arg) in args.iter().enumerate() {
-        if let Some(OptionMatch::Option { dest: d, .. }) = match_option(arg)
-            && d == dest
-        {
-            found = Some(match arg.split_once('=') {
-                Some((_, v)) => v.to_owned(),
-                None => args.get(i + 1).filter(|v| !v.starts_with("--")).cloned().unwrap_or_default(),
-            });
-        }
-    }
-    found
-}
-
-/// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`): without
-/// DSA and without a chosen backend, they resolve `trtllm_mla` on SM100.
-const DEEPSEEK_OVERRIDE_ARCHS: &[&str] = &[
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "KimiK25ForConditionalGeneration",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "GlmMoeDsaForCausalLM",
-    "Glm5NextForConditionalGeneration",
-    "HYV4ForCausalLM",
-    "HYV4ForCausalLMNextN",
-    "LongcatFlashForCausalLM",
-    "LongcatFlashForCausalLMNextN",
-    "Dots3NoteForCausalLM",
-];
 
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
 
@@ -481,7 +473,7 @@ fn accelerator_refusal(
         && decode.is_none()
         && acc.is_blackwell()
         && !facts.is_dsa()
-        && facts.architecture.as_deref().is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a));
+        && facts.architecture.as_deref().is_some_and(|a| crate::resolve::DEEPSEEK_OVERRIDE_ARCHS.contains(&a));
     // DeepSeek-V4 resolves its own `dsv4` backend whatever extraArgs ask for.
     let trtllm_mla = !facts.traits.deepseek_v4
         && (default_trtllm_mla || attention.as_deref() == Some("trtllm_mla") || decode.as_deref() == Some("trtllm_mla"));
@@ -492,7 +484,7 @@ fn accelerator_refusal(
             "choose another --attention-backend (fa3, flashmla) on Hopper",
         ));
     }
-    if rs.enable_kv_cache_sharding && facts.pool() == Some(KvPool::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
+    if rs.enable_kv_cache_sharding && facts.pool() == Some(PoolKind::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
         // SGLang shards a non-MLA cache only behind the fa3 prefill backend; without a choice a
         // GQA model resolves fa3 on Hopper and trtllm_mha on Blackwell.
         let default = if acc.is_blackwell() { "trtllm_mha" } else { "fa3" };
@@ -704,22 +696,83 @@ fn unknown_kind(spec: &PDDeploymentSpec, needed_for: &str) -> Finding {
     )
 }
 
-/// The decode-side handshake checks (#1..#13) that the spec decides, in SGLang's order.
-#[expect(clippy::too_many_lines, reason = "being split into one function per SGLang check group")]
+/// The decode's handshake (checks #1..#13, the rank mapping, the receiver's checks), run by the
+/// sidecar's own core on the pair the operator renders: SGLang's text, reported per check.
 fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
-    let (pp_, dp_) = (&spec.prefill.parallelism, &spec.decode.parallelism);
-    let (p_attn_tp, d_attn_tp) = (pp_.attn_tp(), dp_.attn_tp());
-    let pool = facts.pool();
+    check_page_and_dtype(spec, facts, out);
+    // An unknown pool kind: the verdict on every kind SGLang has; a check that only some fail
+    // cannot be decided offline.
+    let pools = match facts.pool() {
+        Some(pool) => vec![pool],
+        None => vec![PoolKind::Mla, PoolKind::HybridMla, PoolKind::Mha],
+    };
+    let verdicts: Vec<_> = pools.iter().map(|&pool| rendered_handshake(spec, facts, pool)).collect();
+    let mut seen = Vec::new();
+    for failure in verdicts.iter().flat_map(|(failures, _)| failures) {
+        if seen.contains(&failure.check) {
+            continue;
+        }
+        seen.push(failure.check);
+        if verdicts.iter().all(|(failures, _)| failures.iter().any(|f| f.check == failure.check)) {
+            out.push(handshake_finding(spec, facts, failure));
+        } else {
+            out.push(unknown_kind(spec, failure.check.topic()));
+        }
+    }
+    let (p, d) = (spec.prefill.parallelism.attn_tp(), spec.decode.parallelism.attn_tp());
+    if facts.pool().is_some() && verdicts[0].1.iter().any(|w| w == PERF_WARNING) {
+        out.push(Finding::warning(
+            "non-mla-different-tp",
+            "spec.decode.parallelism.tp",
+            PERF_WARNING,
+            format!("attention TP is {p} on prefill and {d} on decode; equal sizes avoid re-slicing KV heads in transfer"),
+        ));
+    }
+}
+
+/// The handshake core's verdict on the rendered decode topology and prefill info. DSpark's
+/// layout describes the pools (item lengths, layer ids), which only the engines know; with its
+/// flags paired, both roles report the same one, so admission stands in an equal marker.
+fn rendered_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> (Vec<HandshakeFailure>, Vec<String>) {
+    let mut decode = crate::resolve::decode_topology_for(spec, facts, pool);
+    let mut prefill = crate::resolve::prefill_info(spec, facts);
+    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
+        || [&spec.prefill, &spec.decode]
+            .iter()
+            .any(|r| extra_value(&r.template.extra_args, "speculative_algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
+    if dspark {
+        let marker = serde_json::Map::from_iter([("dspark".to_owned(), serde_json::Value::Bool(true))]);
+        prefill.dsv41_spec_layout = serde_json::Value::Object(marker.clone());
+        decode.dsv41_spec_layout = Some(marker);
+    }
+    crate::handshake::core::all_failures(&decode, &prefill)
+}
+
+/// A handshake failure as a finding: SGLang's text, the check's rule, field and fix.
+fn handshake_finding(spec: &PDDeploymentSpec, facts: &ModelFacts, f: &HandshakeFailure) -> Finding {
+    let mut message = f.error.clone();
+    if f.check == Check::DcpNeedsMla {
+        let source = facts.source.as_ref().map(ToString::to_string).unwrap_or_default();
+        message = format!("{message} {} has a non-MLA KV pool (attention kind from {source})", facts.describe(&spec.model.path));
+    }
+    Finding::error(f.check.rule(), f.check.field(), message, f.check.fix())
+}
+
+/// What the spec decides of checks #1 and #2 before any pair is rendered: a page size both
+/// roles keep, and a DSA dtype that GPU generations resolve differently.
+fn check_page_and_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let model = facts.describe(&spec.model.path);
     let kv = &spec.kv_transfer;
-
-    // #1: one page size for both roles, always passed explicitly.
-    if kv.page_size.is_none() {
+    // #1: one page size for both roles. Unset, the operator passes the one both resolve, or
+    // one both keep; only when there is none is the spec refused.
+    if kv.page_size.is_none()
+        && let Err((p, d)) = crate::resolve::unset_page_size(spec, facts)
+    {
         out.push(Finding::error(
             "page-size-required",
             "spec.kvTransfer.pageSize",
-            "page size is not set: each role would resolve its own (1 on CUDA, 128 for FA4 on SM100, 256 for DeepSeek-V4, ...) and SGLang's handshake fails with `Page size mismatch: prefill server has page_size=…, but decode server has page_size=…. Both servers must use the same --page-size value.`",
-            "set spec.kvTransfer.pageSize, e.g. 64; it is passed as --page-size to both roles",
+            format!("page size is not set, the roles resolve different ones (prefill {p}, decode {d}) and no single --page-size is kept by both, so SGLang's handshake would fail with `Page size mismatch: prefill server has page_size={p}, but decode server has page_size={d}. Both servers must use the same --page-size value.`"),
+            "set spec.kvTransfer.pageSize, or give the roles attention backends that keep the same page size",
         ));
     }
     // #2: the compared dtype is the resolved string; DSA models resolve `auto` per GPU generation.
@@ -731,118 +784,9 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
             "set kvCacheDtype explicitly (fp8_e4m3 or bfloat16) when the roles may run on different GPU generations",
         ));
     }
-    // #3: MiniMax-M3 sparse pools need equal attention TP.
-    if facts.traits.minimax_sparse && p_attn_tp != d_attn_tp {
-        out.push(Finding::error(
-            "minimax-equal-attn-tp",
-            "spec.decode.parallelism.tp",
-            format!("MiniMax sparse PD requires matching attention TP sizes: prefill={p_attn_tp}, decode={d_attn_tp}."),
-            "give both roles the same attention TP (tp / attnDp / attnCp)",
-        ));
-    }
-    // #6: DeepSeek-V4.1 DSpark needs equal TP except the prefill-CP fan-in.
-    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
-        || [&spec.prefill, &spec.decode]
-            .iter()
-            .any(|r| flag_value(&r.template.extra_args, "--speculative-algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
-    if dspark && p_attn_tp != d_attn_tp {
-        let cp_fan_in =
-            pp_.attn_cp > 1 && pool.is_some_and(KvPool::is_mla_or_hybrid) && dp_.attn_cp == 1 && p_attn_tp * pp_.attn_cp == d_attn_tp;
-        if !cp_fan_in {
-            out.push(Finding::error(
-                "dspark-equal-tp",
-                "spec.decode.parallelism.tp",
-                texts::DSPARK_TP,
-                "give both roles the same attention TP",
-            ));
-        }
-    }
-    // #7: MXFP8 KV on a non-MLA pool needs equal attention TP.
-    if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && p_attn_tp != d_attn_tp {
-        match pool {
-            None => out.push(unknown_kind(spec, "MXFP8 KV with different attention TP sizes")),
-            Some(KvPool::Mha) => {
-                let states = if facts.traits.hybrid_swa { "['block_scale', 'block_scale_swa']" } else { "['block_scale']" };
-                out.push(Finding::error(
-                    "mxfp8-equal-attn-tp",
-                    "spec.decode.parallelism.tp",
-                    format!("PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={p_attn_tp}, decode attn_tp_size={d_attn_tp}, state types {states}."),
-                    "give both roles the same attention TP, or use another kvCacheDtype",
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    // #8..#10: decode context parallelism.
-    if dp_.dcp > 1 {
-        match pool {
-            None => out.push(unknown_kind(spec, "decode dcp > 1")),
-            Some(KvPool::Mha) => out.push(Finding::error(
-                "decode-dcp-needs-mla",
-                "spec.decode.parallelism.dcp",
-                format!("{} {model} has a non-MLA KV pool (attention kind from {})", texts::DCP_NEEDS_MLA, facts.source.as_ref().map(ToString::to_string).unwrap_or_default()),
-                "set spec.decode.parallelism.dcp: 1 (DCP only shards MLA latent caches), or serve an MLA / hybrid-MLA model such as DeepSeek-V3",
-            )),
-            Some(_) => {}
-        }
-        if pp_.attn_cp != 1 {
-            out.push(Finding::error(
-                "decode-dcp-prefill-cp",
-                "spec.prefill.parallelism.attnCp",
-                format!("PD decode DCP currently requires prefill attention CP=1, got {}.", pp_.attn_cp),
-                "set spec.prefill.parallelism.attnCp: 1, or decode dcp: 1",
-            ));
-        }
-        if spec.prefill.enable_kv_cache_sharding {
-            out.push(Finding::error(
-                "decode-dcp-prefill-sharding",
-                "spec.prefill.enableKvCacheSharding",
-                texts::DCP_NO_SHARDING,
-                "turn off prefill enableKvCacheSharding, or set decode dcp: 1",
-            ));
-        }
-    }
-    // #11 and the non-MLA warning: the TP part of the rank mapping.
-    if spec.prefill.enable_kv_cache_sharding && pp_.attn_cp == 1 && p_attn_tp != d_attn_tp && pool != Some(KvPool::HybridMla) {
-        match pool {
-            None => out.push(unknown_kind(spec, "KV-cache sharding with different attention TP sizes")),
-            Some(KvPool::Mla) => out.push(Finding::error(
-                "mla-sharding-equal-tp",
-                "spec.decode.parallelism.tp",
-                format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={p_attn_tp} decode={d_attn_tp}"),
-                "give both roles the same attention TP, or turn off prefill enableKvCacheSharding",
-            )),
-            _ => {}
-        }
-    }
-    if p_attn_tp != d_attn_tp && pool == Some(KvPool::Mha) {
-        out.push(Finding::warning(
-            "non-mla-different-tp",
-            "spec.decode.parallelism.tp",
-            texts::PERF_WARNING,
-            format!("attention TP is {p_attn_tp} on prefill and {d_attn_tp} on decode; equal sizes avoid re-slicing KV heads in transfer"),
-        ));
-    }
-    // #12, #13: the CP and PP parts of the mapping.
-    if dp_.attn_cp != 1 {
-        out.push(Finding::error(
-            "decode-cp-one",
-            "spec.decode.parallelism.attnCp",
-            format!("Decode cp size ({}) should be equal to 1", dp_.attn_cp),
-            "set spec.decode.parallelism.attnCp: 1 (use dcp for decode context parallelism on MLA models)",
-        ));
-    }
-    if dp_.pp != pp_.pp && dp_.pp != 1 {
-        out.push(Finding::error(
-            "decode-pp",
-            "spec.decode.parallelism.pp",
-            format!("Decode pp size ({}) should be equal to prefill pp size ({}) or 1", dp_.pp, pp_.pp),
-            format!("set spec.decode.parallelism.pp to 1 or {}", pp_.pp),
-        ));
-    }
 }
 
-/// `prefill_complete` narrows what both roles may use (start-up and receiver-time checks).
+/// `prefill_complete` narrows what both roles may use at start-up.
 fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     if spec.kv_transfer.decode_allocation_policy != AllocationPolicy::PrefillComplete {
         return;
@@ -873,15 +817,8 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
             ));
         }
     }
-    let p = &spec.prefill.parallelism;
-    if p.attn_tp() != 1 || p.attn_cp != 1 || p.pp != 1 {
-        out.push(Finding::error(
-            "prefill-complete-peer",
-            "spec.prefill.parallelism",
-            texts::PREFILL_COMPLETE_PEER,
-            "give the prefill attention TP 1, attnCp 1 and pp 1, or use decodeAllocationPolicy: early",
-        ));
-    }
+    // The receiver's `prefill_complete requires peer attention TP1/CP1/PP1` is the handshake
+    // core's (check_handshake).
 }
 
 /// Rules SGLang does not enforce but whose violation breaks serving (spec §7a item 12).
@@ -906,7 +843,7 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
     for role in [Role::Prefill, Role::Decode] {
         let staging = env_value(spec.role(role), "SGLANG_DISAGG_STAGING_BUFFER");
         if env_truthy(staging.as_deref()) {
-            if facts.pool() == Some(KvPool::Mla) {
+            if facts.pool() == Some(PoolKind::Mla) {
                 out.push(Finding::error(
                     "staging-buffer-mla",
                     role.field("template.env"),

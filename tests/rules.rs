@@ -97,7 +97,8 @@ fn decode_dcp_needs_prefill_cp_one() {
         good,
         bad,
         "spec.prefill.parallelism.attnCp",
-        "PD decode DCP currently requires prefill attention CP=1, got 2.",
+        // SGLang's MLA CP layout runs attention CP tp / attnDp = 8, and reports that.
+        "PD decode DCP currently requires prefill attention CP=1, got 8.",
     );
 }
 
@@ -120,7 +121,11 @@ fn decode_dcp_refuses_prefill_sharding() {
 fn decode_attention_cp_must_be_one() {
     let mut bad = mla();
     bad.decode.parallelism.attn_cp = 2;
-    case("decode-cp-one", mla(), bad, "spec.decode.parallelism.attnCp", "Decode cp size (2) should be equal to 1");
+    // SGLang's MLA CP layout runs attention CP tp / attnDp = 8, and reports that.
+    case("decode-cp-one", mla(), bad.clone(), "spec.decode.parallelism.attnCp", "Decode cp size (8) should be equal to 1");
+    let mut bad = gqa();
+    bad.decode.parallelism.attn_cp = 2;
+    case("decode-cp-one", gqa(), bad, "spec.decode.parallelism.attnCp", "Decode cp size (2) should be equal to 1");
 }
 
 #[test]
@@ -321,10 +326,38 @@ fn fake_backend_is_refused_on_prefill() {
 }
 
 #[test]
-fn page_size_is_required() {
-    let mut bad = mla();
+fn an_unset_page_size_is_refused_only_when_no_single_value_works() {
+    use pd_operator::api::Accelerator;
+    // Unset on DeepSeek-V3: trtllm_mla on B200 resolves 64, fa3 on Hopper 1; 64 is kept by
+    // both on every profile, so the operator passes it.
+    let mut good = mla();
+    good.kv_transfer.page_size = None;
+    // A B200 prefill forced to 128 by FA4 and a decode forced to 64 by FlashMLA: no value works.
+    let mut bad = gqa();
     bad.kv_transfer.page_size = None;
-    case("page-size-required", mla(), bad, "spec.kvTransfer.pageSize", "Page size mismatch");
+    bad.prefill.accelerator = Some(Accelerator::B200);
+    bad.prefill.template.extra_args = vec!["--attention-backend".into(), "fa4".into()];
+    bad.decode.template.extra_args = vec!["--attention-backend".into(), "flashmla".into()];
+    case(
+        "page-size-required",
+        good,
+        bad.clone(),
+        "spec.kvTransfer.pageSize",
+        "Page size mismatch: prefill server has page_size=128, but decode server has page_size=64.",
+    );
+    // Set, the same pair fails the handshake core's check #1 with SGLang's text.
+    bad.kv_transfer.page_size = Some(128);
+    let f = run(&bad);
+    assert!(
+        has(
+            &f,
+            "page-size-mismatch",
+            Severity::Error,
+            "spec.kvTransfer.pageSize",
+            "Page size mismatch: prefill server has page_size=128, but decode server has page_size=64."
+        ),
+        "{f:#?}"
+    );
 }
 
 #[test]
@@ -404,11 +437,61 @@ fn gpt_oss_takes_only_its_attention_backends() {
     bad.decode.template.extra_args = vec!["--attention-backend".into(), "flashinfer".into()];
     case(
         "gpt-oss-attention-backend",
-        good,
+        good.clone(),
         bad,
         "spec.decode.template.extraArgs",
         "GptOssForCausalLM requires one of ['triton', 'trtllm_mha'",
     );
+    // A prefill backend alone: SGLang's check runs before the generic default, so the decode
+    // phase is `None` and refused (the parity tier's g15-1944, g15-3695).
+    let mut bad = good.clone();
+    bad.prefill.template.extra_args = vec!["--prefill-attention-backend".into(), "fa4".into()];
+    let f = run(&bad);
+    assert!(
+        has(&f, "gpt-oss-attention-backend", Severity::Error, "spec.prefill.template.extraArgs", "(prefill: fa4, decode: None)"),
+        "{f:#?}"
+    );
+    let mut both = good.clone();
+    both.prefill.template.extra_args =
+        vec!["--prefill-attention-backend".into(), "fa4".into(), "--decode-attention-backend".into(), "fa3".into()];
+    assert!(!run(&both).iter().any(|f| f.rule == "gpt-oss-attention-backend"));
+}
+
+#[test]
+fn deepseek_cp_layouts_are_judged_on_the_widths_sglang_resolves() {
+    // MLA prefill CP: SGLang sets attention CP to tp / attnDp (`context_parallel_attn_dp_size`),
+    // so tp 4, attnDp 4, attnCp 2 runs (g15-1659), and so does tp 1, attnCp 2 (g15-4668).
+    for (tp, attn_dp) in [(4, 4), (1, 1)] {
+        let mut good = mla();
+        good.prefill.parallelism.tp = tp;
+        good.prefill.parallelism.attn_dp = attn_dp;
+        good.prefill.parallelism.attn_cp = 2;
+        good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+        let f = run(&good);
+        assert!(!f.iter().any(|f| f.rule == "tp-divisible-by-attn-groups"), "{f:#?}");
+    }
+    // Without the DeepSeek override (GQA) the spec's widths are SGLang's.
+    let mut bad = gqa();
+    bad.prefill.parallelism.tp = 4;
+    bad.prefill.parallelism.attn_dp = 4;
+    bad.prefill.parallelism.attn_cp = 2;
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    let f = run(&bad);
+    assert!(has(&f, "tp-divisible-by-attn-groups", Severity::Error, "spec.prefill.parallelism.tp", "tp_size must be divisible"), "{f:#?}");
+    // DeepSeek-V4 CP: attention CP over all of TP, no attention DP, one machine.
+    let mut v4 = base("x");
+    v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
+    v4.prefill.parallelism.tp = 1;
+    v4.prefill.parallelism.attn_cp = 2;
+    v4.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    let mut bad = v4.clone();
+    bad.prefill.parallelism.tp = 8;
+    bad.prefill.parallelism.attn_dp = 2;
+    case("v4-cp-attn-dp", v4.clone(), bad, "spec.prefill.parallelism.attnDp", "For round-robin split mode, dp attention is not supported.");
+    let mut bad = v4.clone();
+    bad.prefill.parallelism.tp = 16;
+    bad.prefill.gpus_per_node = 8;
+    case("cp-single-machine", v4, bad, "spec.prefill.parallelism.tp", "Context parallel only supports single machine (tp_size <= 8).");
 }
 
 #[test]
@@ -634,9 +717,9 @@ fn every_violation_is_reported_not_only_the_first() {
     let mut bad = gqa();
     bad.decode.parallelism.dcp = 2;
     bad.decode.parallelism.attn_cp = 2;
-    bad.kv_transfer.page_size = None;
+    bad.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
     let rules: Vec<&str> = run(&bad).iter().map(|f| f.rule).collect();
-    for r in ["decode-dcp-needs-mla", "decode-cp-one", "page-size-required", "dcp-with-prefill-cp"] {
+    for r in ["decode-dcp-needs-mla", "decode-cp-one", "prefill-complete-peer", "dcp-with-prefill-cp"] {
         assert!(rules.contains(&r), "{r} missing from {rules:?}");
     }
 }

@@ -56,13 +56,21 @@ pub const STATE_TYPES: &[&str] = &[
     "block_scale_swa",
 ];
 
-/// KV pool kind of the decode.
+/// The KV pool kind SGLang's PD handshake looks at (`is_mla_backend`, `is_hybrid_mla_backend`):
+/// `Mha` is everything else (MHA/GQA, SWA, MiniMax sparse, hybrid linear over MHA).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolKind {
     Mla,
     HybridMla,
     Mha,
+}
+
+impl PoolKind {
+    /// `is_mla_backend or is_hybrid_mla_backend`: the pools decode DCP and the MLA mapping take.
+    pub fn is_mla_or_hybrid(self) -> bool {
+        matches!(self, Self::Mla | Self::HybridMla)
+    }
 }
 
 fn one() -> i64 {
@@ -132,7 +140,7 @@ impl DecodeTopology {
         self.kv_pool == PoolKind::Mla
     }
     fn mla_or_hybrid(&self) -> bool {
-        self.kv_pool != PoolKind::Mha
+        self.kv_pool.is_mla_or_hybrid()
     }
 }
 
@@ -210,43 +218,148 @@ impl PrefillInfo {
     }
 }
 
-/// The exception a real decode would raise, as `kind` and `str(exception)`; for assertions
-/// `error` is the assertion message without Python's tuple wrapper.
+/// One of SGLang 0.5.23's decode-side checks (`try_ensure_parallel_info` #1..#13, the rank
+/// mapping, the receiver's request checks). It decides what a failure means outside the engine:
+/// the condition reason, the spec field that causes it, the admission rule and the fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    PageSize,
+    KvCacheDtype,
+    MiniMaxAttnTp,
+    KvLayout,
+    DSparkLayout,
+    DSparkTp,
+    Mxfp8AttnTp,
+    DcpNeedsMla,
+    DcpPrefillCp,
+    DcpPrefillSharding,
+    MlaShardingTp,
+    DecodeCp,
+    DecodePp,
+    AllocationPolicy,
+    PrefillCompletePeer,
+    /// A body no real deployment sends (sizes beyond any cluster).
+    Implausible,
+    /// Python-level errors of the mapping arithmetic (ZeroDivisionError, IndexError, ...).
+    Mapping,
+}
+
+impl Check {
+    /// Short CamelCase reason for Kubernetes conditions, e.g. `PageSizeMismatch`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::PageSize => "PageSizeMismatch",
+            Self::KvCacheDtype => "KVCacheDtypeMismatch",
+            Self::KvLayout => "KVLayoutMismatch",
+            Self::DSparkLayout => "DSparkLayoutMismatch",
+            Self::MiniMaxAttnTp | Self::DSparkTp | Self::Mxfp8AttnTp | Self::MlaShardingTp => "AttentionTPMismatch",
+            Self::DcpNeedsMla | Self::DcpPrefillCp | Self::DcpPrefillSharding | Self::DecodeCp => "DecodeContextParallelUnsupported",
+            Self::DecodePp => "PipelineParallelMismatch",
+            Self::AllocationPolicy | Self::PrefillCompletePeer => "AllocationPolicyMismatch",
+            Self::Implausible => "IncompatibleTopologyBody",
+            Self::Mapping => "HandshakeFailed",
+        }
+    }
+
+    /// The admission rule id (`pd-operator validate`), e.g. `page-size-mismatch`.
+    pub fn rule(self) -> &'static str {
+        match self {
+            Self::PageSize => "page-size-mismatch",
+            Self::KvCacheDtype => "kv-dtype-mismatch",
+            Self::MiniMaxAttnTp => "minimax-equal-attn-tp",
+            Self::KvLayout => "kv-layout-mismatch",
+            Self::DSparkLayout => "dspark-layout-mismatch",
+            Self::DSparkTp => "dspark-equal-tp",
+            Self::Mxfp8AttnTp => "mxfp8-equal-attn-tp",
+            Self::DcpNeedsMla => "decode-dcp-needs-mla",
+            Self::DcpPrefillCp => "decode-dcp-prefill-cp",
+            Self::DcpPrefillSharding => "decode-dcp-prefill-sharding",
+            Self::MlaShardingTp => "mla-sharding-equal-tp",
+            Self::DecodeCp => "decode-cp-one",
+            Self::DecodePp => "decode-pp",
+            Self::AllocationPolicy => "allocation-policy-mismatch",
+            Self::PrefillCompletePeer => "prefill-complete-peer",
+            Self::Implausible | Self::Mapping => "handshake-mapping",
+        }
+    }
+
+    /// The `PDDeployment` field whose value makes the check fail.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::PageSize => "spec.kvTransfer.pageSize",
+            Self::KvCacheDtype => "spec.kvTransfer.kvCacheDtype",
+            Self::KvLayout | Self::DSparkLayout => "spec.decode.template.extraArgs",
+            Self::MiniMaxAttnTp | Self::DSparkTp | Self::Mxfp8AttnTp | Self::MlaShardingTp | Self::Mapping | Self::Implausible => {
+                "spec.decode.parallelism.tp"
+            }
+            Self::DcpNeedsMla => "spec.decode.parallelism.dcp",
+            Self::DcpPrefillCp => "spec.prefill.parallelism.attnCp",
+            Self::DcpPrefillSharding => "spec.prefill.enableKvCacheSharding",
+            Self::DecodeCp => "spec.decode.parallelism.attnCp",
+            Self::DecodePp => "spec.decode.parallelism.pp",
+            Self::AllocationPolicy => "spec.kvTransfer.decodeAllocationPolicy",
+            Self::PrefillCompletePeer => "spec.prefill.parallelism",
+        }
+    }
+
+    /// How to change the spec so the check passes.
+    pub fn fix(self) -> &'static str {
+        match self {
+            Self::PageSize => "set spec.kvTransfer.pageSize to a size both roles keep (DSA forces 64, DeepSeek-V4 256)",
+            Self::KvCacheDtype => "set kvCacheDtype explicitly (fp8_e4m3 or bfloat16), or run both roles on the same GPU generation",
+            Self::KvLayout => "give both roles the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT",
+            Self::DSparkLayout => "enable DSpark on both roles with the same block size and draft settings",
+            Self::MiniMaxAttnTp | Self::DSparkTp => "give both roles the same attention TP (tp / attnDp / attnCp)",
+            Self::Mxfp8AttnTp => "give both roles the same attention TP, or use another kvCacheDtype",
+            Self::DcpNeedsMla => {
+                "set spec.decode.parallelism.dcp: 1 (DCP only shards MLA latent caches), or serve an MLA / hybrid-MLA model such as DeepSeek-V3"
+            }
+            Self::DcpPrefillCp => "set spec.prefill.parallelism.attnCp: 1, or decode dcp: 1",
+            Self::DcpPrefillSharding => "turn off prefill enableKvCacheSharding, or set decode dcp: 1",
+            Self::MlaShardingTp => "give both roles the same attention TP, or turn off prefill enableKvCacheSharding",
+            Self::DecodeCp => "set spec.decode.parallelism.attnCp: 1 (use dcp for decode context parallelism on MLA models)",
+            Self::DecodePp => "set spec.decode.parallelism.pp to 1 or the prefill's pp",
+            Self::AllocationPolicy => "set --disaggregation-decode-allocation-policy identically on both roles",
+            Self::PrefillCompletePeer => "give the prefill attention TP 1, attnCp 1 and pp 1, or use decodeAllocationPolicy: early",
+            Self::Implausible | Self::Mapping => "choose attention TP, CP and PP sizes where the larger is a multiple of the smaller",
+        }
+    }
+
+    /// What the check depends on, for a finding that cannot decide it without the pool kind.
+    pub fn topic(self) -> &'static str {
+        match self {
+            Self::Mxfp8AttnTp => "MXFP8 KV with different attention TP sizes",
+            Self::DcpNeedsMla => "decode dcp > 1",
+            Self::MlaShardingTp => "KV-cache sharding with different attention TP sizes",
+            Self::DSparkTp => "DeepSeek-V4.1 DSpark with different attention TP sizes",
+            _ => "the decode's handshake",
+        }
+    }
+}
+
+/// The exception a real decode would raise, as `kind` and `str(exception)` (for assertions
+/// `error` is the message without Python's tuple wrapper), and the check that raised it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HandshakeFailure {
     pub kind: &'static str,
     pub error: String,
+    #[serde(skip)]
+    pub check: Check,
 }
 
 impl HandshakeFailure {
-    fn runtime(error: impl Into<String>) -> Self {
-        Self { kind: "RuntimeError", error: error.into() }
+    fn runtime(check: Check, error: impl Into<String>) -> Self {
+        Self { kind: "RuntimeError", error: error.into(), check }
     }
-    fn assertion(error: impl Into<String>) -> Self {
-        Self { kind: "AssertionError", error: error.into() }
+    fn assertion(check: Check, error: impl Into<String>) -> Self {
+        Self { kind: "AssertionError", error: error.into(), check }
     }
     fn zero_division() -> Self {
-        Self { kind: "ZeroDivisionError", error: "integer division or modulo by zero".into() }
+        Self { kind: "ZeroDivisionError", error: "integer division or modulo by zero".into(), check: Check::Mapping }
     }
     /// Short CamelCase reason for Kubernetes conditions, e.g. `PageSizeMismatch`.
     pub fn reason(&self) -> &'static str {
-        let e = self.error.as_str();
-        match () {
-            _ if e.contains("beyond any real deployment") => "IncompatibleTopologyBody",
-            _ if e.starts_with("Page size mismatch") => "PageSizeMismatch",
-            _ if e.starts_with("KV cache dtype mismatch") => "KVCacheDtypeMismatch",
-            _ if e.starts_with("MiniMax sparse") => "AttentionTPMismatch",
-            _ if e.starts_with("KV layout mismatch") => "KVLayoutMismatch",
-            _ if e.starts_with("DeepSeek-V4.1 DSpark PD layout") => "DSparkLayoutMismatch",
-            _ if e.starts_with("DeepSeek-V4.1 DSpark PD requires") => "AttentionTPMismatch",
-            _ if e.contains("MXFP8") => "AttentionTPMismatch",
-            _ if e.starts_with("PD decode DCP") => "DecodeContextParallelUnsupported",
-            _ if e.starts_with("MLA KV cache sharding") => "AttentionTPMismatch",
-            _ if e.starts_with("Decode cp size") => "DecodeContextParallelUnsupported",
-            _ if e.starts_with("Decode pp size") => "PipelineParallelMismatch",
-            _ if e.contains("allocation policy") || e.starts_with("prefill_complete") => "AllocationPolicyMismatch",
-            _ => "HandshakeFailed",
-        }
+        self.check.reason()
     }
 }
 
@@ -299,6 +412,7 @@ fn layout_diff(local: &Value, remote: &Value) -> Result<Vec<String>, HandshakeFa
         v.as_object().map(|o| o.keys().cloned().collect()).ok_or_else(|| HandshakeFailure {
             kind: "AttributeError",
             error: format!("'{}' object has no attribute 'keys'", pyvalue::type_name(v)),
+            check: Check::Mapping,
         })
     };
     let mut keys = keys_of(&l)?;
@@ -309,104 +423,192 @@ fn layout_diff(local: &Value, remote: &Value) -> Result<Vec<String>, HandshakeFa
     Ok(keys.into_iter().filter(|k| !pyvalue::eq(&get(&l, k), &get(&r, k))).collect())
 }
 
+type CheckFn = fn(&DecodeTopology, &PrefillInfo) -> Result<(), HandshakeFailure>;
+
 /// Checks #1..#10 of `try_ensure_parallel_info`, in SGLang's order.
-fn sanity_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
-    if let Some(ps) = p.page_size.filter(|ps| *ps != d.page_size) {
-        return Err(HandshakeFailure::runtime(format!(
-            "Page size mismatch: prefill server has page_size={ps}, but decode server has page_size={}. Both servers must use the same --page-size value.",
-            d.page_size
-        )));
+const SANITY_CHECKS: [CheckFn; 9] =
+    [page_size, kv_cache_dtype, minimax_attn_tp, kv_layout, dspark, mxfp8_attn_tp, dcp_needs_mla, dcp_prefill_cp, dcp_prefill_sharding];
+/// The asserts of `_resolve_rank_mapping` (#11..#13), which hold for every rank alike.
+const MAPPING_CHECKS: [CheckFn; 3] = [mla_sharding_tp, decode_cp, decode_pp];
+/// The receiver's request-level checks.
+const RECEIVER_CHECKS: [CheckFn; 2] = [allocation_policy, prefill_complete_peer];
+
+fn page_size(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    match p.page_size.filter(|ps| *ps != d.page_size) {
+        Some(ps) => Err(HandshakeFailure::runtime(
+            Check::PageSize,
+            format!(
+                "Page size mismatch: prefill server has page_size={ps}, but decode server has page_size={}. Both servers must use the same --page-size value.",
+                d.page_size
+            ),
+        )),
+        None => Ok(()),
     }
-    if let Some(dt) = p.kv_cache_dtype.as_ref().filter(|dt| **dt != d.kv_cache_dtype) {
-        return Err(HandshakeFailure::runtime(format!(
-            "KV cache dtype mismatch: prefill server has kv_cache_dtype={dt}, but decode server has kv_cache_dtype={}. Both servers must use the same --kv-cache-dtype value.",
-            d.kv_cache_dtype
-        )));
+}
+
+fn kv_cache_dtype(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    match p.kv_cache_dtype.as_ref().filter(|dt| **dt != d.kv_cache_dtype) {
+        Some(dt) => Err(HandshakeFailure::runtime(
+            Check::KvCacheDtype,
+            format!(
+                "KV cache dtype mismatch: prefill server has kv_cache_dtype={dt}, but decode server has kv_cache_dtype={}. Both servers must use the same --kv-cache-dtype value.",
+                d.kv_cache_dtype
+            ),
+        )),
+        None => Ok(()),
     }
+}
+
+fn minimax_attn_tp(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
     if d.state_types.iter().any(|s| s == "minimax_index_k") && p.attn_tp_size != d.attn_tp_size {
-        return Err(HandshakeFailure::runtime(format!(
-            "MiniMax sparse PD requires matching attention TP sizes: prefill={}, decode={}.",
-            p.attn_tp_size, d.attn_tp_size
-        )));
+        return Err(HandshakeFailure::runtime(
+            Check::MiniMaxAttnTp,
+            format!("MiniMax sparse PD requires matching attention TP sizes: prefill={}, decode={}.", p.attn_tp_size, d.attn_tp_size),
+        ));
     }
+    Ok(())
+}
+
+fn kv_layout(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
     if let Some(dl) = &d.kv_layout {
         let local = Value::from(dl.as_str());
         if !p.kv_layout.is_null() && !pyvalue::eq(&p.kv_layout, &local) {
-            return Err(HandshakeFailure::runtime(format!(
-                "KV layout mismatch: prefill server has kv_layout={}, but decode server has kv_layout={dl}. Both servers must use the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT.",
-                pyvalue::str(&p.kv_layout)
-            )));
-        }
-    }
-    let local_layout = d.dsv41_spec_layout.clone().map(Value::Object).unwrap_or(Value::Null);
-    if !local_layout.is_null() || !p.dsv41_spec_layout.is_null() {
-        if !pyvalue::eq(&local_layout, &p.dsv41_spec_layout) {
-            let fields = layout_diff(&local_layout, &p.dsv41_spec_layout)?;
-            return Err(HandshakeFailure::runtime(format!(
-                "DeepSeek-V4.1 DSpark PD layout mismatch ({}): both servers must enable DSpark with the same block size and target/draft KV layout. Upgrade both servers together.",
-                fields.join(", ")
-            )));
-        }
-        let cp_fan_in = p.attn_cp_size > 1
-            && d.mla_or_hybrid()
-            && d.attn_cp_size == 1
-            && p.attn_tp_size.checked_mul(p.attn_cp_size) == Some(d.attn_tp_size);
-        if p.attn_tp_size != d.attn_tp_size && !cp_fan_in {
             return Err(HandshakeFailure::runtime(
-                "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)",
+                Check::KvLayout,
+                format!(
+                    "KV layout mismatch: prefill server has kv_layout={}, but decode server has kv_layout={dl}. Both servers must use the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT.",
+                    pyvalue::str(&p.kv_layout)
+                ),
             ));
-        }
-    }
-    if p.attn_tp_size != d.attn_tp_size && !d.mla_or_hybrid() {
-        let scales: Vec<Value> =
-            d.state_types.iter().filter(|s| *s == "block_scale" || *s == "block_scale_swa").map(|s| Value::from(s.as_str())).collect();
-        if !scales.is_empty() {
-            return Err(HandshakeFailure::runtime(format!(
-                "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={}, decode attn_tp_size={}, state types {}.",
-                p.attn_tp_size,
-                d.attn_tp_size,
-                pyvalue::repr(&Value::Array(scales))
-            )));
-        }
-    }
-    if d.dcp_size > 1 {
-        if !d.mla_or_hybrid() {
-            return Err(HandshakeFailure::runtime("PD decode DCP requires an MLA or hybrid-MLA KV pool."));
-        }
-        if p.attn_cp_size != 1 {
-            return Err(HandshakeFailure::runtime(format!(
-                "PD decode DCP currently requires prefill attention CP=1, got {}.",
-                p.attn_cp_size
-            )));
-        }
-        if p.sharding() {
-            return Err(HandshakeFailure::runtime("PD decode DCP does not support a prefill with --enable-kv-cache-sharding."));
         }
     }
     Ok(())
 }
 
-/// `_resolve_rank_mapping` for one decode rank.
-fn map_rank(
+/// Checks #5 and #6: DeepSeek-V4.1 DSpark's layout, then its TP (prefill-CP fan-in excepted).
+fn dspark(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    let local_layout = d.dsv41_spec_layout.clone().map(Value::Object).unwrap_or(Value::Null);
+    if local_layout.is_null() && p.dsv41_spec_layout.is_null() {
+        return Ok(());
+    }
+    if !pyvalue::eq(&local_layout, &p.dsv41_spec_layout) {
+        let fields = layout_diff(&local_layout, &p.dsv41_spec_layout)?;
+        return Err(HandshakeFailure::runtime(
+            Check::DSparkLayout,
+            format!(
+                "DeepSeek-V4.1 DSpark PD layout mismatch ({}): both servers must enable DSpark with the same block size and target/draft KV layout. Upgrade both servers together.",
+                fields.join(", ")
+            ),
+        ));
+    }
+    let cp_fan_in = p.attn_cp_size > 1
+        && d.mla_or_hybrid()
+        && d.attn_cp_size == 1
+        && p.attn_tp_size.checked_mul(p.attn_cp_size) == Some(d.attn_tp_size);
+    if p.attn_tp_size != d.attn_tp_size && !cp_fan_in {
+        return Err(HandshakeFailure::runtime(
+            Check::DSparkTp,
+            "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)",
+        ));
+    }
+    Ok(())
+}
+
+fn mxfp8_attn_tp(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if p.attn_tp_size == d.attn_tp_size || d.mla_or_hybrid() {
+        return Ok(());
+    }
+    let scales: Vec<Value> =
+        d.state_types.iter().filter(|s| *s == "block_scale" || *s == "block_scale_swa").map(|s| Value::from(s.as_str())).collect();
+    if scales.is_empty() {
+        return Ok(());
+    }
+    Err(HandshakeFailure::runtime(
+        Check::Mxfp8AttnTp,
+        format!(
+            "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill attn_tp_size={}, decode attn_tp_size={}, state types {}.",
+            p.attn_tp_size,
+            d.attn_tp_size,
+            pyvalue::repr(&Value::Array(scales))
+        ),
+    ))
+}
+
+fn dcp_needs_mla(d: &DecodeTopology, _: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if d.dcp_size > 1 && !d.mla_or_hybrid() {
+        return Err(HandshakeFailure::runtime(Check::DcpNeedsMla, "PD decode DCP requires an MLA or hybrid-MLA KV pool."));
+    }
+    Ok(())
+}
+
+fn dcp_prefill_cp(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if d.dcp_size > 1 && p.attn_cp_size != 1 {
+        return Err(HandshakeFailure::runtime(
+            Check::DcpPrefillCp,
+            format!("PD decode DCP currently requires prefill attention CP=1, got {}.", p.attn_cp_size),
+        ));
+    }
+    Ok(())
+}
+
+fn dcp_prefill_sharding(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if d.dcp_size > 1 && p.sharding() {
+        return Err(HandshakeFailure::runtime(
+            Check::DcpPrefillSharding,
+            "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.",
+        ));
+    }
+    Ok(())
+}
+
+/// MLA sharding reads every prefill TP rank: the TP part of the mapping needs equal sizes (#11).
+fn mla_sharding(d: &DecodeTopology, p: &PrefillInfo) -> bool {
+    d.mla() && p.sharding() && p.attn_cp_size == 1
+}
+
+fn mla_sharding_tp(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    let (dtp, ptp) = (d.attn_tp_size, p.attn_tp_size);
+    if mla_sharding(d, p) && dtp != ptp {
+        return Err(HandshakeFailure::assertion(
+            Check::MlaShardingTp,
+            format!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={ptp} decode={dtp}"),
+        ));
+    }
+    Ok(())
+}
+
+fn decode_cp(d: &DecodeTopology, _: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if d.attn_cp_size != 1 {
+        return Err(HandshakeFailure::assertion(Check::DecodeCp, format!("Decode cp size ({}) should be equal to 1", d.attn_cp_size)));
+    }
+    Ok(())
+}
+
+fn decode_pp(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if d.pp_size != p.pp_size && d.pp_size != 1 {
+        return Err(HandshakeFailure::assertion(
+            Check::DecodePp,
+            format!("Decode pp size ({}) should be equal to prefill pp size ({}) or 1", d.pp_size, p.pp_size),
+        ));
+    }
+    Ok(())
+}
+
+/// The TP part of `_resolve_rank_mapping`: (target tp rank, tp ranks, dst info num, responses).
+fn map_tp(
     d: &DecodeTopology,
     p: &PrefillInfo,
-    engine_rank: i64,
-    pp_rank: i64,
+    e: i64,
     warnings: &mut Vec<String>,
-) -> Result<RankMapping, HandshakeFailure> {
+) -> Result<(Option<i64>, Vec<i64>, i64, i64), HandshakeFailure> {
     let (dtp, ptp) = (d.attn_tp_size, p.attn_tp_size);
-    let e = engine_rank.rem_euclid(dtp);
     let mut warn = || {
         if !d.mla_or_hybrid() && warnings.is_empty() {
             warnings.push(PERF_WARNING.to_owned());
         }
     };
-    let (tp_rank, tp_ranks, dst, mut resp) = if d.mla() && p.sharding() && p.attn_cp_size == 1 {
-        if dtp != ptp {
-            return Err(HandshakeFailure::assertion(format!(
-                "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={ptp} decode={dtp}"
-            )));
-        }
+    Ok(if mla_sharding(d, p) {
+        mla_sharding_tp(d, p)?;
         (None, py_range(0, ptp), dtp, ptp)
     } else if dtp == ptp {
         (Some(e), vec![e], 1, 1)
@@ -419,12 +621,25 @@ fn map_rank(
         warn();
         let r = floor_div(ptp, dtp)?;
         let ranks = py_range(e * r, (e + 1) * r);
-        let first = *ranks.first().ok_or(HandshakeFailure { kind: "IndexError", error: "list index out of range".into() })?;
+        let first = *ranks.first().ok_or(HandshakeFailure {
+            kind: "IndexError",
+            error: "list index out of range".into(),
+            check: Check::Mapping,
+        })?;
         (Some(first), ranks, 1, if d.mla() { 1 } else { r })
-    };
-    if d.attn_cp_size != 1 {
-        return Err(HandshakeFailure::assertion(format!("Decode cp size ({}) should be equal to 1", d.attn_cp_size)));
-    }
+    })
+}
+
+/// `_resolve_rank_mapping` for one decode rank.
+fn map_rank(
+    d: &DecodeTopology,
+    p: &PrefillInfo,
+    engine_rank: i64,
+    pp_rank: i64,
+    warnings: &mut Vec<String>,
+) -> Result<RankMapping, HandshakeFailure> {
+    let (tp_rank, tp_ranks, dst, mut resp) = map_tp(d, p, engine_rank.rem_euclid(d.attn_tp_size), warnings)?;
+    decode_cp(d, p)?;
     let cp_ranks = if p.attn_cp_size == d.attn_cp_size {
         vec![0]
     } else {
@@ -436,12 +651,7 @@ fn map_rank(
             py_range(0, p.attn_cp_size).into_iter().take(1).collect()
         }
     };
-    if d.pp_size != p.pp_size && d.pp_size != 1 {
-        return Err(HandshakeFailure::assertion(format!(
-            "Decode pp size ({}) should be equal to prefill pp size ({}) or 1",
-            d.pp_size, p.pp_size
-        )));
-    }
+    decode_pp(d, p)?;
     let pp_ranks = if p.pp_size == d.pp_size {
         vec![pp_rank]
     } else {
@@ -463,7 +673,7 @@ fn map_rank(
 /// Runs the decode's checks and computes the mapping of every (engine rank, pp rank), engine
 /// rank major, exactly as SGLang 0.5.23 would on each decode scheduler process.
 pub fn handshake(d: &DecodeTopology, p: &PrefillInfo) -> Result<Handshake, HandshakeFailure> {
-    sanity_checks(d, p)?;
+    SANITY_CHECKS.iter().try_for_each(|check| check(d, p))?;
     // The mapping allocates per prefill rank; a hostile body must not make it allocate terabytes.
     for (name, v) in [("attn_tp_size", p.attn_tp_size), ("attn_cp_size", p.attn_cp_size), ("dp_size", p.dp_size), ("pp_size", p.pp_size)] {
         if v > MAX_PLAUSIBLE_SIZE {
@@ -472,6 +682,7 @@ pub fn handshake(d: &DecodeTopology, p: &PrefillInfo) -> Result<Handshake, Hands
                 error: format!(
                     "the prefill reports {name}={v}, beyond any real deployment (at most {MAX_PLAUSIBLE_SIZE}); no mapping computed"
                 ),
+                check: Check::Implausible,
             });
         }
     }
@@ -485,19 +696,47 @@ pub fn handshake(d: &DecodeTopology, p: &PrefillInfo) -> Result<Handshake, Hands
     Ok(Handshake { ranks, warnings })
 }
 
-/// Request-level checks the decode's receiver applies (they fail requests, not the server).
-pub fn receiver_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+fn allocation_policy(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
     if !pyvalue::eq(&p.decode_allocation_policy, &Value::from(d.decode_allocation_policy.as_str())) {
-        return Err(HandshakeFailure::runtime(format!(
-            "Disaggregation decode allocation policy mismatch: prefill={}, decode={}. Set --disaggregation-decode-allocation-policy identically on both roles.",
-            pyvalue::str(&p.decode_allocation_policy),
-            d.decode_allocation_policy
-        )));
-    }
-    if d.decode_allocation_policy == "prefill_complete" && (p.attn_tp_size != 1 || p.attn_cp_size != 1 || p.pp_size != 1) {
-        return Err(HandshakeFailure::runtime("prefill_complete requires peer attention TP1/CP1/PP1"));
+        return Err(HandshakeFailure::runtime(
+            Check::AllocationPolicy,
+            format!(
+                "Disaggregation decode allocation policy mismatch: prefill={}, decode={}. Set --disaggregation-decode-allocation-policy identically on both roles.",
+                pyvalue::str(&p.decode_allocation_policy),
+                d.decode_allocation_policy
+            ),
+        ));
     }
     Ok(())
+}
+
+fn prefill_complete_peer(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    if d.decode_allocation_policy == "prefill_complete" && (p.attn_tp_size != 1 || p.attn_cp_size != 1 || p.pp_size != 1) {
+        return Err(HandshakeFailure::runtime(Check::PrefillCompletePeer, "prefill_complete requires peer attention TP1/CP1/PP1"));
+    }
+    Ok(())
+}
+
+/// Request-level checks the decode's receiver applies (they fail requests, not the server).
+pub fn receiver_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
+    RECEIVER_CHECKS.iter().try_for_each(|check| check(d, p))
+}
+
+/// Admission's view of a pair the operator renders: every check that fails (not only the first,
+/// which is all a running decode reports), then the mapping's own failure or warnings.
+pub fn all_failures(d: &DecodeTopology, p: &PrefillInfo) -> (Vec<HandshakeFailure>, Vec<String>) {
+    let checks = SANITY_CHECKS.iter().chain(&MAPPING_CHECKS).chain(&RECEIVER_CHECKS);
+    let mut failures: Vec<HandshakeFailure> = checks.filter_map(|check| check(d, p).err()).collect();
+    if !failures.is_empty() {
+        return (failures, Vec::new());
+    }
+    match handshake(d, p) {
+        Ok(h) => (failures, h.warnings),
+        Err(f) => {
+            failures.push(f);
+            (failures, Vec::new())
+        }
+    }
 }
 
 /// One result line of `handshake check`.

@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 use super::SimError;
 use super::kv::{self, KvGeometry};
 use crate::handshake::core::{DecodeTopology, PoolKind};
-use crate::model::KvPool;
 
 /// Flags that take a value; the first name is canonical, the rest are SGLang's aliases.
 const VALUE_FLAGS: &[&[&str]] = &[
@@ -422,11 +421,7 @@ pub fn kv_pool(f: &EngineFlags) -> PoolKind {
         Some(_) => PoolKind::Mha,
         None => {
             let spec = crate::api::ModelSpec { path: f.model_path.clone(), ..Default::default() };
-            match crate::model::resolve(&spec, None).pool() {
-                Some(KvPool::Mla) => PoolKind::Mla,
-                Some(KvPool::HybridMla) => PoolKind::HybridMla,
-                _ => PoolKind::Mha,
-            }
+            crate::model::resolve(&spec, None).pool().unwrap_or(PoolKind::Mha)
         }
     }
 }
@@ -442,11 +437,7 @@ pub fn kv_geometry(f: &EngineFlags) -> Result<KvGeometry, SimError> {
 
 /// The decode's own side of the handshake, as its scheduler processes would see it.
 pub fn decode_topology(f: &EngineFlags, t: &Topology) -> Result<DecodeTopology, SimError> {
-    let pool = match kv_pool(f) {
-        PoolKind::Mla => "mla",
-        PoolKind::HybridMla => "hybrid_mla",
-        PoolKind::Mha => "mha",
-    };
+    let pool = kv_pool(f);
     let all_cp = std::env::var("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER")
         .is_ok_and(|v| ["true", "1", "yes", "y"].contains(&v.to_ascii_lowercase().as_str()));
     DecodeTopology::parse(&json!({
