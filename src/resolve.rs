@@ -107,8 +107,11 @@ pub fn unset_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts) -> Result<u3
         let (p, d) = pairs[0];
         (p == d && pairs.iter().all(|pair| *pair == (p, d))).then_some(p)
     };
+    // KV-cache sharding transfers whole pages: SGLang refuses page size 1 there.
+    let usable = |v: &u32| *v > 1 || !spec.prefill.enable_kv_cache_sharding;
     agreed(None)
-        .or_else(|| PAGE_CANDIDATES.into_iter().find(|&v| agreed(Some(v)) == Some(v)))
+        .filter(usable)
+        .or_else(|| PAGE_CANDIDATES.into_iter().filter(usable).find(|&v| agreed(Some(v)) == Some(v)))
         .ok_or_else(|| resolutions(spec, facts, None)[0])
 }
 
@@ -143,9 +146,15 @@ pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Rol
     let [mut attention, prefill, decode] =
         ["attention_backend", "prefill_attention_backend", "decode_attention_backend"].map(|d| extra_value(args, d));
     let arch = facts.architecture.as_deref();
-    if attention.is_none() && prefill.is_none() && decode.is_none() {
+    let none_set = attention.is_none() && prefill.is_none() && decode.is_none();
+    if facts.traits.deepseek_v4 {
+        // DeepSeek-V4 runs its own backend whatever is asked; the phases stay as given.
+        attention = Some("dsv4".into());
+    } else if facts.is_dsa() && none_set {
+        attention = Some("dsa".into());
+    } else if none_set {
         // The model overrides' own defaults.
-        if blackwell && !facts.is_dsa() && arch.is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a)) {
+        if blackwell && arch.is_some_and(|a| DEEPSEEK_OVERRIDE_ARCHS.contains(&a)) {
             attention = Some("trtllm_mla".into());
         } else if arch == Some("GptOssForCausalLM") {
             attention = Some(if blackwell { "trtllm_mha" } else { "fa3" }.into());
@@ -154,31 +163,44 @@ pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Rol
     if prefill.is_some() && prefill == decode {
         attention.clone_from(&prefill);
     } else if attention.is_none() {
-        // `get_default_attn_backend` (no speculative top-k > 1).
-        let mla = matches!(facts.attention, Some(AttentionKind::Mla | AttentionKind::HybridMla));
-        attention = Some(
-            match (mla, blackwell) {
-                (true, true) => "flashinfer",
-                (false, true) => "trtllm_mha",
-                (_, false) => "fa3",
-            }
-            .into(),
-        );
+        attention = Some(default_backend(spec, facts, role).into());
     }
     [attention, prefill, decode]
+}
+
+/// `get_default_attn_backend`: fa3 on Hopper and trtllm_mha on SM100 for non-MLA models unless
+/// speculative decoding asks for top-k > 1 or a page size above 1 (`is_no_spec_infer_or_topk_one`),
+/// else flashinfer; MLA models fa3 on Hopper, flashinfer on SM100.
+fn default_backend(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> &'static str {
+    let rs = spec.role(role);
+    let topk = extra_value(&rs.template.extra_args, "speculative_eagle_topk");
+    let plain = match topk.as_deref() {
+        None => true,
+        Some(k) => k == "1" && matches!(spec.kv_transfer.page_size, None | Some(1)),
+    };
+    match (mla_backend(facts), rs.accelerator.is_some_and(Accelerator::is_blackwell)) {
+        (true, true) => "flashinfer",
+        (true, false) => "fa3",
+        (false, true) if plain => "trtllm_mha",
+        (false, false) if plain => "fa3",
+        (false, _) => "flashinfer",
+    }
+}
+
+/// `use_mla_backend`: SGLang's MLA attention architecture (DeepSeek-V4's own pool is not).
+fn mla_backend(facts: &ModelFacts) -> bool {
+    matches!(facts.attention, Some(AttentionKind::Mla | AttentionKind::HybridMla)) && !facts.traits.deepseek_v4
 }
 
 /// The page size one role resolves from `requested` (`--page-size`, or none): the forced sizes,
 /// then the backends' page constraints in SGLang's order (`_mla_backend_page_constraints`,
 /// `_fa4_page_constraint`), then `_page_size_default` (1).
 pub fn role_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role, requested: Option<u32>) -> u32 {
-    if let Some(forced) = forced_page_size(facts) {
-        return forced;
-    }
     let [attention, prefill, decode] = attention_backends(spec, facts, role);
     let uses = |backend: &str, phases: &[&Option<String>]| phases.iter().any(|b| b.as_deref() == Some(backend));
     let all = [&attention, &prefill, &decode];
-    let mut page = requested;
+    // The model overrides force their size first; the backends' constraints still apply after.
+    let mut page = forced_page_size(facts).or(requested);
     if uses("flashmla", &[&attention, &decode]) {
         page = Some(64);
     }
@@ -191,9 +213,8 @@ pub fn role_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role, r
     if uses("trtllm_mha", &all) && !matches!(page, Some(16 | 32 | 64 | 128)) {
         page = Some(64);
     }
-    let mla = matches!(facts.attention, Some(AttentionKind::Mla | AttentionKind::HybridMla));
     let blackwell = spec.role(role).accelerator.is_some_and(Accelerator::is_blackwell);
-    if uses("fa4", &all) && !mla && blackwell {
+    if uses("fa4", &all) && !mla_backend(facts) && blackwell {
         page = Some(128);
     }
     page.unwrap_or(1)

@@ -63,6 +63,7 @@ pub mod texts {
     pub const V4_CP_ATTN_DP: &str = "For round-robin split mode, dp attention is not supported.";
     pub const CP_SINGLE_MACHINE: &str =
         "Context parallel only supports single machine (tp_size <= 8). Cross-machine CP has precision issues.";
+    pub const SHARDING_PAGE_SIZE: &str = "--enable-kv-cache-sharding requires a real page size (--page-size 64 recommended)";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
@@ -437,7 +438,7 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
                 out.push(Finding::error(
                     "sharding-page-size",
                     "spec.kvTransfer.pageSize",
-                    "--enable-kv-cache-sharding needs a page size greater than 1",
+                    texts::SHARDING_PAGE_SIZE,
                     "set pageSize: 64 (or another size > 1)",
                 ));
             }
@@ -484,16 +485,18 @@ fn accelerator_refusal(
             "choose another --attention-backend (fa3, flashmla) on Hopper",
         ));
     }
-    if rs.enable_kv_cache_sharding && facts.pool() == Some(PoolKind::Mha) && !facts.is_dsa() && !facts.traits.deepseek_v4 {
-        // SGLang shards a non-MLA cache only behind the fa3 prefill backend; without a choice a
-        // GQA model resolves fa3 on Hopper and trtllm_mha on Blackwell.
-        let default = if acc.is_blackwell() { "trtllm_mha" } else { "fa3" };
-        let backend = prefill.clone().or_else(|| attention.clone()).unwrap_or_else(|| default.to_owned());
-        if backend != "fa3" {
+    if rs.enable_kv_cache_sharding && !facts.is_dsa() && !facts.traits.deepseek_v4 {
+        // `validate_kv_shard_attention_backend`: the prefill phase's resolved backend.
+        let mut on_acc = spec.clone();
+        on_acc.prefill.accelerator = Some(acc);
+        let [attention, prefill_phase, _] = crate::resolve::attention_backends(&on_acc, facts, Role::Prefill);
+        let backend = prefill_phase.or(attention).unwrap_or_default();
+        let mla = facts.pool().is_some_and(PoolKind::is_mla_or_hybrid);
+        if backend != "fa3" && !(backend == "trtllm_mla" && mla && rs.parallelism.attn_cp <= 1) {
             return Some((
                 format!("{} {backend:?}.", texts::SHARDING_BACKEND).replace('"', "'"),
                 "enableKvCacheSharding",
-                "give the prefill --attention-backend fa3, or turn sharding off",
+                "give the prefill --attention-backend fa3 (or trtllm_mla for plain-TP MLA), or turn sharding off",
             ));
         }
     }

@@ -346,11 +346,33 @@ pub fn node_share(slots: &[RankSlot], nnodes: i64, node_rank: i64) -> Vec<RankSl
 }
 
 /// What the prefill advertises: page size, KV dtype, load-balance method after resolution.
-pub fn advertised_page_size(f: &EngineFlags) -> i64 {
-    f.sim_page_size.or(f.page_size).unwrap_or(1)
+/// What SGLang's start-up would make of this engine's flags (`crate::resolve`): the page size
+/// and KV dtype string it reports, e.g. DSA's forced 64 and bfloat16, DeepSeek-V4's 256 and
+/// fp8_e4m3, a backend's page constraint. `None` for flags the spec cannot express.
+fn sglang_resolution(f: &EngineFlags) -> Option<(i64, String)> {
+    let role = match f.mode.as_str() {
+        "prefill" => crate::api::Role::Prefill,
+        "decode" => crate::api::Role::Decode,
+        _ => return None,
+    };
+    let rs = json!({"parallelism": {"tp": 1}, "template": {"extraArgs": f.ignored}});
+    let spec: crate::api::PDDeploymentSpec = serde_json::from_value(json!({
+        "model": {"path": f.model_path}, "kvTransfer": {"pageSize": f.page_size, "kvCacheDtype": f.kv_cache_dtype},
+        "prefill": rs, "decode": rs,
+    }))
+    .ok()?;
+    let facts = crate::model::resolve(&spec.model, None);
+    let page = crate::resolve::role_page_size(&spec, &facts, role, spec.kv_transfer.page_size);
+    Some((page.into(), crate::resolve::kv_cache_dtype(&spec, &facts, role)))
 }
+
+/// The page size the stand-in reports: `--sim-page-size` (a fault), else SGLang's resolution.
+pub fn advertised_page_size(f: &EngineFlags) -> i64 {
+    f.sim_page_size.or_else(|| sglang_resolution(f).map(|r| r.0)).or(f.page_size).unwrap_or(1)
+}
+/// The KV dtype the stand-in reports: `--sim-kv-cache-dtype` (a fault), else SGLang's resolution.
 pub fn advertised_kv_dtype(f: &EngineFlags) -> String {
-    f.sim_kv_cache_dtype.clone().unwrap_or_else(|| f.kv_cache_dtype.clone())
+    f.sim_kv_cache_dtype.clone().or_else(|| sglang_resolution(f).map(|r| r.1)).unwrap_or_else(|| f.kv_cache_dtype.clone())
 }
 fn resolved_load_balance(f: &EngineFlags) -> &str {
     if f.load_balance_method == "auto" { "follow_bootstrap_room" } else { &f.load_balance_method }
@@ -472,6 +494,14 @@ mod tests {
         assert!(f.enable_kv_cache_sharding);
         assert_eq!(f.ignored, argv("--trust-remote-code --mem-fraction-static 0.8"));
         assert_eq!(advertised_page_size(&f), 32);
+        // Without a fault it reports what SGLang resolves: DSA forces page 64 and bfloat16.
+        let dsa = EngineFlags::parse(&argv(
+            "--model-path deepseek-ai/DeepSeek-V3.2-Exp --disaggregation-mode decode --page-size 32 --kv-cache-dtype auto",
+        ))
+        .unwrap();
+        assert_eq!((advertised_page_size(&dsa), advertised_kv_dtype(&dsa).as_str()), (64, "bfloat16"));
+        let plain = EngineFlags::parse(&argv("--model-path Qwen/Qwen3-8B --disaggregation-mode prefill --page-size 32")).unwrap();
+        assert_eq!((advertised_page_size(&plain), advertised_kv_dtype(&plain).as_str()), (32, "auto"));
         assert!(matches!(EngineFlags::parse(&argv("--tp-size two")), Err(SimError::Flags(m)) if m.contains("--tp-size")));
         assert!(EngineFlags::parse(&argv("--tp-size")).is_err());
     }
