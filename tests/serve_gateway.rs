@@ -255,8 +255,7 @@ fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
     let o = Command::new(&py).arg("-c").arg(script).args(&args).output().expect("run smg's parser");
     assert!(o.status.success(), "smg refused {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     let got: Value = serde_json::from_slice(&o.stdout).expect("JSON");
-    let selector =
-        |role: &str| json!({"pd.inference.dev/deployment": "dsv3", "pd.inference.dev/role": role, "pd.inference.dev/node-rank": "0"});
+    let selector = |role: &str| json!({"pd.inference.dev/deployment": "dsv3", "pd.inference.dev/role": role, "pd.inference.dev/node-rank": "0", "pd.inference.dev/serving": "true"});
     assert_eq!(
         got,
         json!({
