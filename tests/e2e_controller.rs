@@ -485,15 +485,14 @@ fn each_instance_lands_within_one_rack() {
     });
 }
 
-/// Required colocation holds on the real scheduler. (It does not show the difference: here the
-/// scheduler's own scoring also keeps the pods in one rack without it; a layout that splits them
-/// without colocation makes the first instance's rack too small for the second with it, since
-/// each instance is placed on its own: see README "Placement".)
+/// Required colocation holds on the real scheduler: two racks that can each hold every pod, so
+/// whichever the first instance lands in, the second must follow (each instance is placed on its
+/// own, so a rack too small for the rest would leave them pending: README "Placement").
 #[test]
 fn colocate_required_keeps_prefill_and_decode_in_one_rack() {
     let ns = TestNamespace::new("colocate");
     let _ctl = ControllerProcess::start(&ns.name);
-    let layout = ["b", "a", "b", "a", "a", "a"];
+    let layout = ["a", "b", "a", "b", "a", "b", "a", "b"];
     let _nodes = TestNodes::add(&ns, &layout);
     assert!(ns.apply(&placed(&ns, "{topologyKey: rack, colocate: required}", 1, 1)).status.success());
     let racks: BTreeMap<String, &str> = layout.iter().enumerate().map(|(i, r)| (format!("{}-n{i}", ns.name), *r)).collect();
