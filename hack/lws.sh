@@ -30,7 +30,7 @@ lg="$DIR/src/build.log"
   set -e
   cd "$DIR/src"
   rm -f go.mod go.sum
-  go mod init local.test/lwsbin && go mod edit -go=$GO_LINE -require="sigs.k8s.io/lws@v$LWS_VERSION"
+  go mod init local.test/lwsbin && go mod edit -go="$GO_LINE" -require="sigs.k8s.io/lws@v$LWS_VERSION"
   printf 'package tools\n\nimport _ "sigs.k8s.io/lws/cmd"\n' > tools.go
   go mod tidy
   go build -trimpath -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=v$LWS_VERSION" \
