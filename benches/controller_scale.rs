@@ -1,7 +1,8 @@
 //! Controller scale benchmark (not a test): N PDDeployments of 8 pods each on the local control
 //! plane; time until every pod exists and every status is current, the controller's CPU seconds
 //! and peak RSS, API writes per PDDeployment; and the floor: the same pods created directly by
-//! one client with unbounded concurrency. Run with `hack/bench-controller.sh`.
+//! one client with unbounded concurrency; and the same work as LeaderWorkerSets (one per role)
+//! under the LWS controller. Run with `hack/bench-controller.sh`; `PD_BENCH_PARTS` picks the runs.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use pd_operator::api::{PDDeployment, PDDeploymentSpec};
 use pd_operator::render::{RenderOptions, render};
 
@@ -132,19 +133,102 @@ impl Costs {
     }
 }
 
-struct Row {
-    n: usize,
+/// What one run measured: seconds from the first create until every pod exists, every pod is
+/// Running and every status is current; the controller's CPU seconds and peak RSS.
+#[derive(Clone, Copy, Default)]
+struct Run {
     pods_exist: f64,
+    pods_running: f64,
     status_current: f64,
     cpu: f64,
     rss_mib: f64,
-    writes_per_pdd: f64,
-    floor_exist: f64,
-    floor_running: f64,
-    floor_all_running: f64,
 }
 
-async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, f64, f64, f64) {
+#[derive(Default)]
+struct Row {
+    n: usize,
+    controller: Option<Run>,
+    writes_per_pdd: f64,
+    floor: Option<(f64, f64)>,
+    floor_all_running: Option<f64>,
+    lws: Option<Run>,
+}
+
+/// The decode pods' handshake sidecar, modelled: kwok runs no containers, and its stages model the
+/// sidecar only for non-`sim` engines (hack/kwok/pod-stages.yaml), so a `sim` decode pod would
+/// never pass its readiness gate. Like a passing sidecar, this patches the gate condition True on
+/// each Running decode pod of `ns`, once (one status patch per decode pod, as the real sidecar
+/// sends); the kwok stages then turn the pod Ready. Both the controller and the LWS run get it.
+fn sidecar_model(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    use futures::TryStreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let cfg = watcher::Config::default().labels("pd.inference.dev/role=decode");
+        let mut done = std::collections::HashSet::new();
+        let mut stream = std::pin::pin!(watcher(pods.clone(), cfg).default_backoff().applied_objects());
+        while let Ok(Some(pod)) = stream.try_next().await {
+            let st = pod.status.as_ref();
+            let running = st.and_then(|s| s.phase.as_deref()) == Some("Running");
+            let gated = st.and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "pd.inference.dev/handshake"));
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if !running || gated || !done.insert(name.clone()) {
+                continue;
+            }
+            let pods = pods.clone();
+            tokio::spawn(async move {
+                let now = jiff::Timestamp::now().to_string();
+                let patch = serde_json::json!({"status": {"conditions": [{"type": "pd.inference.dev/handshake", "status": "True", "reason": "HandshakePassed", "lastTransitionTime": now}]}});
+                let _ = pods.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(patch)).await;
+            });
+        }
+    })
+}
+
+/// Which runs to do (`PD_BENCH_PARTS`, comma-separated; default all).
+fn part(name: &str) -> bool {
+    std::env::var("PD_BENCH_PARTS").ok().is_none_or(|p| p.split(',').any(|x| x.trim() == name))
+}
+
+/// Waits until `http://127.0.0.1:{port}{path}` answers 2xx.
+async fn wait_http(port: u16, path: &str) {
+    while Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{port}{path}")])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls until every pod of `ns` exists, every pod is Running and `current()` says every status is
+/// current; returns the three times from `start`.
+async fn converge<F, Fut>(client: &Client, ns: &str, pods: usize, start: Instant, current: F) -> (f64, f64, f64)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let (mut pods_exist, mut pods_running) = (None, None);
+    let status_current = loop {
+        if pods_exist.is_none() && pod_count(client, ns, None).await >= pods {
+            pods_exist = Some(start.elapsed().as_secs_f64());
+        }
+        if pods_exist.is_some() && pods_running.is_none() && pod_count(client, ns, Some("status.phase=Running")).await >= pods {
+            pods_running = Some(start.elapsed().as_secs_f64());
+        }
+        if current().await {
+            break start.elapsed().as_secs_f64();
+        }
+        if start.elapsed() > Duration::from_secs(2400) {
+            panic!("{ns}: not converged after 40 minutes");
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    (pods_exist.unwrap_or(status_current), pods_running.unwrap_or(status_current), status_current)
+}
+
+async fn through_controller(client: &Client, bin: &str, n: usize) -> (Run, f64) {
     let ns = format!("bench-ctl-{n}");
     namespace(client, &ns).await;
     let port = free_port();
@@ -155,15 +239,9 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
         .stderr(Stdio::null())
         .spawn()
         .expect("start the controller");
-    while Command::new("curl")
-        .args(["-sf", &format!("http://127.0.0.1:{port}/readyz")])
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_http(port, "/readyz").await;
     let api: Api<PDDeployment> = Api::namespaced(client.clone(), &ns);
+    let sidecars = sidecar_model(client, &ns);
     let costs = Costs::now(client).await;
     let start = Instant::now();
     join_all((0..n).map(|i| {
@@ -171,32 +249,20 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
         async move { api.create(&PostParams::default(), &PDDeployment::new(&format!("p{i}"), spec())).await.expect("create PDDeployment") }
     }))
     .await;
-    let (mut pods_exist, mut pods_running) = (None, None);
-    let status_current = loop {
-        if pods_exist.is_none() && pod_count(client, &ns, None).await >= n * 8 {
-            pods_exist = Some(start.elapsed().as_secs_f64());
-        }
-        if pods_exist.is_some() && pods_running.is_none() && pod_count(client, &ns, Some("status.phase=Running")).await >= n * 8 {
-            pods_running = Some(start.elapsed().as_secs_f64());
-        }
+    let current = || async {
         let list = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
         let current = list.iter().filter(|p| {
             p.status
                 .as_ref()
                 .is_some_and(|s| s.observed_generation == p.metadata.generation && s.prefill.ready == "4/4" && s.decode.ready == "4/4")
         });
-        if current.count() == n {
-            break start.elapsed().as_secs_f64();
-        }
-        if start.elapsed() > Duration::from_secs(1800) {
-            panic!("N={n}: not converged after 30 minutes");
-        }
-        tokio::time::sleep(POLL).await;
+        current.count() == n
     };
+    let (pods_exist, pods_running, status_current) = converge(client, &ns, n * 8, start, current).await;
+    sidecars.abort();
     let (cpu, hwm_kib) = proc_stats(child.id());
     costs.report(client, &format!("N={n} controller")).await;
-    // Where the time after the last pod goes: kwok starting pods, or the controller's statuses.
-    eprintln!("[bench] N={n}: every pod Running after {:.1} s", pods_running.unwrap_or(status_current));
+    eprintln!("[bench] N={n}: every pod Running after {pods_running:.1} s");
     let writes = metric_sum(port, "pd_operator_api_writes_total");
     // Where the writes go, per verb and resource, for the note.
     let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{port}/metrics")]).output().unwrap();
@@ -206,7 +272,8 @@ async fn through_controller(client: &Client, bin: &str, n: usize) -> (f64, f64, 
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
     delete_namespace(client, &ns).await;
-    (pods_exist.unwrap_or(status_current), status_current, cpu, hwm_kib as f64 / 1024.0, writes / n as f64)
+    let run = Run { pods_exist, pods_running, status_current, cpu, rss_mib: hwm_kib as f64 / 1024.0 };
+    (run, writes / n as f64)
 }
 
 /// Creates `objects` in `ns` one after another.
@@ -269,6 +336,208 @@ async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
     (exist, running)
 }
 
+fn lws_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"), "leaderworkersets")
+}
+
+/// One LeaderWorkerSet for one role of a rendered PDDeployment: as many groups as the role has
+/// instances, each group as many pods as an instance, the pod template the rendered pod of
+/// instance 0 (its per-pod labels, hostname and subdomain left to LWS; restartPolicy Always, the
+/// only one a StatefulSet accepts).
+fn lws_object(name: &str, instances: &[&pd_operator::render::InstancePods]) -> DynamicObject {
+    let pods = &instances[0].pods;
+    let pod = &pods[0];
+    let mut spec = pod.spec.clone().expect("rendered pod spec");
+    spec.hostname = None;
+    spec.subdomain = None;
+    spec.restart_policy = Some("Always".into());
+    let per_pod = ["pd.inference.dev/instance", "pd.inference.dev/node-rank", "pd.inference.dev/revision"];
+    let labels: std::collections::BTreeMap<_, _> =
+        pod.metadata.labels.clone().unwrap_or_default().into_iter().filter(|(k, _)| !per_pod.contains(&k.as_str())).collect();
+    let template = serde_json::json!({"metadata": {"labels": labels}, "spec": spec});
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": instances.len(),
+            "leaderWorkerTemplate": {"size": pods.len(), "workerTemplate": template},
+        }
+    }))
+    .unwrap()
+}
+
+/// What a user of LWS applies for one PDDeployment: the rendered support objects the pods need
+/// (decode ServiceAccount, handshake ConfigMap, Role, RoleBinding, NetworkPolicy) and one LWS per
+/// role. LWS makes its own headless Service per LWS, as the controller makes one per role.
+struct LwsBatch {
+    rendered: pd_operator::render::Rendered,
+    sets: Vec<DynamicObject>,
+}
+
+fn lws_batch(ns: &str, i: usize) -> LwsBatch {
+    let facts = pd_operator::model::resolve(&spec().model, None);
+    let opts = RenderOptions { default_namespace: ns.to_owned(), ..RenderOptions::default() };
+    let mut pdd = PDDeployment::new(&format!("p{i}"), spec());
+    pdd.metadata.namespace = Some(ns.to_owned());
+    let rendered = render(&pdd, &facts, &opts).unwrap();
+    let sets = [pd_operator::api::Role::Prefill, pd_operator::api::Role::Decode]
+        .iter()
+        .map(|role| {
+            let of_role: Vec<_> = rendered.instances.iter().filter(|x| x.role == *role).collect();
+            lws_object(&format!("p{i}-{}", role.as_str()), &of_role)
+        })
+        .collect();
+    LwsBatch { rendered, sets }
+}
+
+/// Starts the LWS controller (hack/bench-controller.sh wrote its config and registered its
+/// webhooks at 127.0.0.1) and waits until it is ready and its webhooks admit a LeaderWorkerSet.
+async fn start_lws(client: &Client, ns: &str) -> Child {
+    let bin = std::env::var("PD_LWS_BIN").expect("PD_LWS_BIN: run through hack/bench-controller.sh");
+    let config = std::env::var("PD_LWS_CONFIG").expect("PD_LWS_CONFIG");
+    let health: u16 = std::env::var("PD_LWS_HEALTH_PORT").expect("PD_LWS_HEALTH_PORT").parse().unwrap();
+    let child = Command::new(bin)
+        .args(["--config", &config, "--zap-log-level=error"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the LWS controller");
+    wait_http(health, "/readyz").await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &lws_resource());
+    let mut probe = lws_batch(ns, 0).sets.remove(0);
+    probe.metadata.name = Some("webhook-probe".into());
+    probe.data["spec"]["replicas"] = serde_json::json!(0);
+    while api.create(&PostParams::default(), &probe).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = api.delete("webhook-probe", &DeleteParams::default()).await;
+    child
+}
+
+/// Every LeaderWorkerSet of `ns` has all its groups ready and is Available.
+async fn lws_current(api: &Api<DynamicObject>, sets: usize) -> bool {
+    let list = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let current = list.iter().filter(|o| {
+        let st = &o.data["status"];
+        let available = st["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Available" && c["status"] == "True"));
+        available && st["readyReplicas"] == o.data["spec"]["replicas"]
+    });
+    current.count() == sets
+}
+
+/// The same pods as N PDDeployments, as 2N LeaderWorkerSets under the LWS controller.
+async fn through_lws(client: &Client, n: usize) -> Run {
+    let ns = format!("bench-lws-{n}");
+    namespace(client, &ns).await;
+    let mut child = start_lws(client, &ns).await;
+    let batches: Vec<_> = (0..n).map(|i| lws_batch(&ns, i)).collect();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &lws_resource());
+    let sidecars = sidecar_model(client, &ns);
+    let costs = Costs::now(client).await;
+    let start = Instant::now();
+    join_all(batches.into_iter().map(|b| {
+        let (ns, api) = (ns.as_str(), &api);
+        async move {
+            let r = b.rendered;
+            create_each(client, ns, r.service_accounts).await;
+            create_each(client, ns, r.config_maps).await;
+            create_each(client, ns, r.roles).await;
+            create_each(client, ns, r.role_bindings).await;
+            create_each(client, ns, r.network_policies).await;
+            for set in b.sets {
+                api.create(&PostParams::default(), &set).await.expect("create LeaderWorkerSet");
+            }
+        }
+    }))
+    .await;
+    let (pods_exist, pods_running, status_current) = converge(client, &ns, n * 8, start, || lws_current(&api, 2 * n)).await;
+    sidecars.abort();
+    let (cpu, hwm_kib) = proc_stats(child.id());
+    costs.report(client, &format!("N={n} lws")).await;
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+    delete_namespace(client, &ns).await;
+    Run { pods_exist, pods_running, status_current, cpu, rss_mib: hwm_kib as f64 / 1024.0 }
+}
+
+fn cell(v: Option<f64>, suffix: &str) -> String {
+    v.map_or_else(|| "–".into(), |v| format!("{v:.1}{suffix}"))
+}
+
+fn print_tables(rows: &[Row]) {
+    println!(
+        "| N PDDeployments (8 pods each) | pods exist (s) | every pod Running (s) | all statuses current (s) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment | floor: pods created (s) | floor: pods Running (s) | floor, every object: Running (s) | ratio to it |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let c = r.controller;
+        let ratio = c.zip(r.floor_all_running).map(|(c, f)| format!("{:.2}x", c.status_current / f)).unwrap_or_else(|| "–".into());
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {ratio} |",
+            r.n,
+            cell(c.map(|c| c.pods_exist), ""),
+            cell(c.map(|c| c.pods_running), ""),
+            cell(c.map(|c| c.status_current), ""),
+            cell(c.map(|c| c.cpu), ""),
+            cell(c.map(|c| c.rss_mib), ""),
+            r.writes_per_pdd,
+            cell(r.floor.map(|f| f.0), ""),
+            cell(r.floor.map(|f| f.1), ""),
+            cell(r.floor_all_running, ""),
+        );
+    }
+    println!();
+    println!(
+        "| N | PDDeployments: Running (s) | statuses current (s) | pd-operator CPU (s) | RSS (MiB) | LeaderWorkerSets: Running (s) | statuses current (s) | lws CPU (s) | RSS (MiB) | Running, LWS / PDD |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows.iter().filter(|r| r.lws.is_some()) {
+        let (c, l) = (r.controller, r.lws.unwrap());
+        let ratio = c.map(|c| format!("{:.2}x", l.pods_running / c.pods_running)).unwrap_or_else(|| "–".into());
+        println!(
+            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {ratio} |",
+            r.n,
+            cell(c.map(|c| c.pods_running), ""),
+            cell(c.map(|c| c.status_current), ""),
+            cell(c.map(|c| c.cpu), ""),
+            cell(c.map(|c| c.rss_mib), ""),
+            l.pods_running,
+            l.status_current,
+            l.cpu,
+            l.rss_mib
+        );
+    }
+}
+
+/// The runs of one N, in a fixed order: controller, floors, LWS.
+async fn one_size(client: &Client, bin: &str, n: usize) -> Row {
+    let mut row = Row { n, ..Row::default() };
+    if part("controller") {
+        eprintln!("[bench] N={n}: through the controller");
+        let (run, writes) = through_controller(client, bin, n).await;
+        (row.controller, row.writes_per_pdd) = (Some(run), writes);
+    }
+    if part("floor") {
+        eprintln!("[bench] N={n}: floor (same pods, created directly)");
+        row.floor = Some(floor(client, n, false).await);
+    }
+    if part("floor-all") {
+        eprintln!("[bench] N={n}: floor with every rendered object");
+        row.floor_all_running = Some(floor(client, n, true).await.1);
+    }
+    if part("lws") {
+        eprintln!("[bench] N={n}: LeaderWorkerSets");
+        let run = through_lws(client, n).await;
+        eprintln!(
+            "[bench] N={n}: LWS pods Running {:.1} s, statuses current {:.1} s, CPU {:.1} s, RSS {:.1} MiB",
+            run.pods_running, run.status_current, run.cpu, run.rss_mib
+        );
+        row.lws = Some(run);
+    }
+    row
+}
+
 fn main() {
     let bin = std::env::var("PD_BENCH_BIN").unwrap_or_else(|_| "target/release/pd-operator".into());
     let sizes: Vec<usize> =
@@ -278,31 +547,8 @@ fn main() {
         let client = Client::try_default().await.expect("KUBECONFIG must point at the benchmark cluster");
         let mut rows = Vec::new();
         for n in sizes {
-            eprintln!("[bench] N={n}: through the controller");
-            let (pods_exist, status_current, cpu, rss_mib, writes_per_pdd) = through_controller(&client, &bin, n).await;
-            eprintln!("[bench] N={n}: floor (same pods, created directly)");
-            let (floor_exist, floor_running) = floor(&client, n, false).await;
-            eprintln!("[bench] N={n}: floor with every rendered object");
-            let (_, floor_all_running) = floor(&client, n, true).await;
-            rows.push(Row { n, pods_exist, status_current, cpu, rss_mib, writes_per_pdd, floor_exist, floor_running, floor_all_running });
-        }
-        println!("| N PDDeployments (8 pods each) | pods exist (s) | all statuses current (s) | floor: pods created (s) | floor: pods Running (s) | ratio (status / floor Running) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment | floor with every rendered object: Running (s) | ratio to it |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
-        for r in rows {
-            println!(
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x |",
-                r.n,
-                r.pods_exist,
-                r.status_current,
-                r.floor_exist,
-                r.floor_running,
-                r.status_current / r.floor_running,
-                r.cpu,
-                r.rss_mib,
-                r.writes_per_pdd,
-                r.floor_all_running,
-                r.status_current / r.floor_all_running
-            );
+            rows.push(one_size(&client, &bin, n).await);
+            print_tables(&rows);
         }
     });
 }
