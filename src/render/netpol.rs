@@ -27,7 +27,7 @@ pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &O
     }
     let clients = clients(spec);
     let engines = engine_pods(name);
-    let mut ingress = vec![rule(vec![engines_peer(name)], &[])];
+    let mut ingress = vec![rule(vec![pods(engine_pods(name))], &[])];
     if spec.router.enabled {
         // smg also checks at registration that a prefill's bootstrap port accepts connections.
         ingress.push(rule(vec![pods(router_of(name))], &[DEFAULT_HTTP_PORT, spec.kv_transfer.bootstrap_port]));
@@ -83,10 +83,6 @@ fn pods(selector: LabelSelector) -> NetworkPolicyPeer {
     NetworkPolicyPeer { pod_selector: Some(selector), ..Default::default() }
 }
 
-fn engines_peer(name: &str) -> NetworkPolicyPeer {
-    pods(engine_pods(name))
-}
-
 fn router_of(name: &str) -> LabelSelector {
     LabelSelector {
         match_labels: Some(BTreeMap::from([
@@ -130,7 +126,7 @@ mod tests {
         assert_eq!(engines.spec.as_ref().unwrap().policy_types, Some(vec!["Ingress".to_owned()]), "egress stays open");
         let rules = ingress(engines);
         assert_eq!(rules.len(), 2, "{rules:?}");
-        assert_eq!(rules[0].from, Some(vec![engines_peer("m")]));
+        assert_eq!(rules[0].from, Some(vec![pods(engine_pods("m"))]));
         assert_eq!(ports_of(&rules[0]), Vec::<i32>::new(), "bootstrap, rank and dist-init ports between the engines");
         assert_eq!(rules[1].from, Some(vec![pods(router_of("m"))]));
         assert_eq!(ports_of(&rules[1]), [i32::from(DEFAULT_HTTP_PORT), 8998], "requests, and smg's bootstrap probe");

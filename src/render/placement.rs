@@ -65,13 +65,15 @@ fn gpus(n: &Node) -> u64 {
     allocatable.and_then(|a| a.get(GPU_RESOURCE)).and_then(|q| q.0.parse().ok()).unwrap_or(0)
 }
 
-/// Whether multi-node instances are scheduled as gangs.
-pub fn gangs(spec: &PDDeploymentSpec, opts: &RenderOptions) -> bool {
-    match spec.placement.gang {
+/// Whether `role`'s instances are scheduled as gangs: multi-node instances, where the spec and
+/// the cluster allow.
+fn gang(spec: &PDDeploymentSpec, opts: &RenderOptions, role: Role) -> bool {
+    let wanted = match spec.placement.gang {
         GangMode::Auto => opts.workload_api,
         GangMode::Workload => true,
         GangMode::None => false,
-    }
+    };
+    wanted && spec.role(role).nodes_per_instance() > 1
 }
 
 /// The PodGroup of instance `i` of `role`: `{name}-{role}-{i}`, like its pods' prefix.
@@ -87,16 +89,10 @@ pub(super) fn pod_groups(
     owners: &Option<Vec<OwnerReference>>,
     opts: &RenderOptions,
 ) -> Vec<PodGroup> {
-    if !gangs(spec, opts) {
-        return Vec::new();
-    }
     let topology = spec.placement.topology_key.clone().map(|key| vec![TopologyConstraint { key }]);
     let mut out = Vec::new();
-    for role in [Role::Prefill, Role::Decode] {
+    for role in [Role::Prefill, Role::Decode].into_iter().filter(|r| gang(spec, opts, *r)) {
         let nodes = spec.role(role).nodes_per_instance();
-        if nodes < 2 {
-            continue;
-        }
         for i in 0..spec.instances(role) {
             out.push(PodGroup {
                 metadata: meta(pod_group_name(name, role, i), ns, common_labels(name, role.as_str()), owners),
@@ -117,7 +113,7 @@ pub(super) fn pod_groups(
 
 /// Sets an engine pod's gang and topology constraints, on top of the template's own affinity.
 pub(super) fn place(spec: &PDDeploymentSpec, name: &str, role: Role, instance: u32, opts: &RenderOptions, pod: &mut PodSpec) {
-    let gang = gangs(spec, opts) && spec.role(role).nodes_per_instance() > 1;
+    let gang = gang(spec, opts, role);
     if gang {
         pod.scheduling_group = Some(PodSchedulingGroup { pod_group_name: Some(pod_group_name(name, role, instance)) });
     }
