@@ -733,6 +733,26 @@ pub struct PDDeploymentStatus {
     /// Per decode instance: which prefill ranks each decode rank reads KV from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rank_map: Vec<DecodeRankMap>,
+    /// Which KV set new pods go to and which the router pairs (see docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_set: Option<KvSetStatus>,
+}
+
+/// Pods of one KV set may pair; pods of different sets never do.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KvSetStatus {
+    /// The set new pods go to (`pd.inference.dev/kv-set`).
+    pub target: u32,
+    /// The set the router pairs.
+    pub routed: u32,
+    /// `InPlace`: the spec's KV contract is compatible with the running set, so new revisions roll
+    /// inside it. `Surge`: it is not, so the target set comes up beside the routed one, the router
+    /// moves once it is whole, and the old set drains and goes.
+    pub strategy: String,
+    /// For `Surge`: the first incompatible pair, with SGLang's text.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]

@@ -57,7 +57,7 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
     for role in [Role::Prefill, Role::Decode] {
         let env = engine_env(spec, role);
         for node in 0..spec.role(role).nodes_per_instance() {
-            let argv = render::engine_args(spec, role, name, "default", 0, node);
+            let argv = render::engine_args(spec, role, name, "default", 0, node, 0);
             processes.push(EngineProcess { role: role.as_str(), node, argv, env: env.clone() });
         }
     }

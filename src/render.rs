@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, Pod,
-    PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
+    SeccompProfile, SecurityContext, Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, SleepAction, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
@@ -37,6 +38,13 @@ pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
 pub const LABEL_SERVING: &str = "pd.inference.dev/serving";
 /// When the controller started draining a pod (RFC 3339).
 pub const DRAINING_SINCE: &str = "pd.inference.dev/draining-since";
+/// The KV set an engine pod belongs to. Pods of one set may pair; a spec change whose KV contract
+/// is incompatible with the running set starts a new set beside it, and the router is moved to the
+/// new set as a whole (see `controller::sets`).
+pub const LABEL_KV_SET: &str = "pd.inference.dev/kv-set";
+/// What an engine pod reports in the handshake (the prefill's `/route` body, or the decode's
+/// topology) and the model it serves: what a later revision is judged against.
+pub const KV_CONTRACT: &str = "pd.inference.dev/kv-contract";
 /// The `LABEL_ROLE` value of router pods.
 pub const ROUTER_ROLE: &str = "router";
 pub const DIST_INIT_PORT: u16 = 5757;
@@ -172,14 +180,19 @@ mod erased {
 pub fn service_name(name: &str, role: Role) -> String {
     format!("{name}-{}", role.as_str())
 }
-pub fn pod_name(name: &str, role: Role, instance: u32, node: u32) -> String {
-    format!("{name}-{}-{instance}-{node}", role.as_str())
+/// Set 0 keeps the plain names; a later set's objects end in `-s<set>`.
+pub fn set_suffix(set: u32) -> String {
+    if set == 0 { String::new() } else { format!("-s{set}") }
+}
+pub fn pod_name(name: &str, role: Role, instance: u32, node: u32, set: u32) -> String {
+    format!("{name}-{}-{instance}-{node}{}", role.as_str(), set_suffix(set))
 }
 pub fn router_name(name: &str) -> String {
     format!("{name}-router")
 }
-pub fn handshake_config_name(name: &str) -> String {
-    format!("{name}-handshake")
+/// The handshake ConfigMap of one KV set (its decodes' topology and its prefills' addresses).
+pub fn handshake_config_name(name: &str, set: u32) -> String {
+    format!("{name}-handshake{}", set_suffix(set))
 }
 /// Name of the handshake Role and RoleBinding.
 pub fn handshake_rbac_name(name: &str) -> String {
@@ -191,13 +204,13 @@ pub fn decode_service_account(spec: &PDDeploymentSpec, name: &str) -> String {
 }
 
 /// Stable DNS name of an instance's leader pod through the role's headless Service.
-pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32) -> String {
-    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0), service_name(name, role))
+pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32, set: u32) -> String {
+    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0, set), service_name(name, role))
 }
 
 /// The address a decode (and the router) uses for a prefill's bootstrap server.
-pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16) -> String {
-    format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance))
+pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16, set: u32) -> String {
+    format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance, set))
 }
 
 /// The prefill and decode pods of PDDeployment `name`.
@@ -240,7 +253,7 @@ pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) 
 }
 
 /// The engine's argv after the program name, for one pod of one instance.
-pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32) -> Vec<String> {
+pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32, set: u32) -> Vec<String> {
     let rs = spec.role(role);
     let p = &rs.parallelism;
     let kv = &spec.kv_transfer;
@@ -288,7 +301,7 @@ pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, in
     flag("--port", DEFAULT_HTTP_PORT.to_string());
     let nnodes = rs.nodes_per_instance();
     if nnodes > 1 {
-        flag("--dist-init-addr", format!("{}:{DIST_INIT_PORT}", leader_host(name, ns, role, instance)));
+        flag("--dist-init-addr", format!("{}:{DIST_INIT_PORT}", leader_host(name, ns, role, instance, set)));
         flag("--nnodes", nnodes.to_string());
         flag("--node-rank", node.to_string());
     }
@@ -455,6 +468,7 @@ fn handshake_rbac(
     spec: &PDDeploymentSpec,
     name: &str,
     ns: &str,
+    set: u32,
     owners: &Option<Vec<OwnerReference>>,
 ) -> (Option<ServiceAccount>, RbacRole, RoleBinding) {
     let labels = common_labels(name, "decode");
@@ -467,7 +481,7 @@ fn handshake_rbac(
     let mut pods: Vec<String> = Vec::new();
     for i in 0..spec.instances(Role::Decode) {
         for node in 0..spec.decode.nodes_per_instance() {
-            pods.push(pod_name(name, Role::Decode, i, node));
+            pods.push(pod_name(name, Role::Decode, i, node, set));
         }
     }
     let role = RbacRole {
@@ -494,6 +508,16 @@ fn handshake_rbac(
     (own_account, role, binding)
 }
 
+/// Lets the sidecar of each of `pods` (decode pods of an older KV set, still running) patch its
+/// own gate too.
+pub fn grant_decode_pods(rendered: &mut Rendered, name: &str, pods: impl IntoIterator<Item = String>) {
+    let wanted = handshake_rbac_name(name);
+    let Some(role) = rendered.roles.iter_mut().find(|r| r.metadata.name.as_deref() == Some(wanted.as_str())) else { return };
+    if let Some(names) = role.rules.as_mut().and_then(|r| r.first_mut()).and_then(|r| r.resource_names.as_mut()) {
+        names.extend(pods);
+    }
+}
+
 /// Where one engine pod sits: which PDDeployment, role, instance and node, at which revision.
 struct PodSlot<'a> {
     spec: &'a PDDeploymentSpec,
@@ -502,7 +526,10 @@ struct PodSlot<'a> {
     ns: &'a str,
     instance: u32,
     node: u32,
+    set: u32,
     revision: &'a str,
+    /// The KV contract of this role's pods (`KV_CONTRACT`).
+    contract: &'a str,
     owners: &'a Option<Vec<OwnerReference>>,
     opts: &'a RenderOptions,
 }
@@ -553,7 +580,7 @@ impl PodSlot<'_> {
             image: Some(engine_image(spec, self.opts)),
             image_pull_policy: spec.engine.image_pull_policy.clone(),
             command: Some(engine_command(spec)),
-            args: Some(engine_args(spec, role, self.name, self.ns, self.instance, node)),
+            args: Some(engine_args(spec, role, self.name, self.ns, self.instance, node, self.set)),
             env: Some(self.env()),
             ports: Some(ports),
             resources: Some(self.resources()),
@@ -589,16 +616,16 @@ impl PodSlot<'_> {
         labels.insert(LABEL_NODE_RANK.into(), self.node.to_string());
         labels.insert(LABEL_REVISION.into(), self.revision.into());
         labels.insert(LABEL_SERVING.into(), "true".into());
-        let pod_name = pod_name(self.name, self.role, self.instance, self.node);
+        labels.insert(LABEL_KV_SET.into(), self.set.to_string());
+        let pod_name = pod_name(self.name, self.role, self.instance, self.node, self.set);
         let mut metadata = meta(pod_name.clone(), self.ns, labels, self.owners);
         let mut annotations = t.annotations.clone();
+        annotations.insert(KV_CONTRACT.into(), self.contract.to_owned());
         if self.role == Role::Prefill && self.node == 0 {
             // Where the router's discovery learns the bootstrap port it stamps into requests.
             annotations.insert(BOOTSTRAP_PORT_ANNOTATION.into(), self.spec.kv_transfer.bootstrap_port.to_string());
         }
-        if !annotations.is_empty() {
-            metadata.annotations = Some(annotations);
-        }
+        metadata.annotations = Some(annotations);
         let mut spec = PodSpec {
             hostname: Some(pod_name),
             subdomain: Some(service_name(self.name, self.role)),
@@ -621,7 +648,7 @@ impl PodSlot<'_> {
         if self.role == Role::Decode {
             self.add_handshake(&mut spec);
         }
-        placement::place(self.spec, self.name, self.role, self.instance, self.opts, &mut spec);
+        placement::place(self.spec, self.name, (self.role, self.instance, self.set), self.opts, &mut spec);
         Pod { metadata, spec: Some(spec), status: None }
     }
 
@@ -633,7 +660,7 @@ impl PodSlot<'_> {
         let volumes = spec.volumes.get_or_insert_with(Vec::new);
         volumes.push(Volume {
             name: "handshake".into(),
-            config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(self.name), ..Default::default() }),
+            config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(self.name, self.set), ..Default::default() }),
             ..Default::default()
         });
         volumes.push(token_volume());
@@ -676,6 +703,10 @@ fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &st
 pub const BOOTSTRAP_PORT_ANNOTATION: &str = "sglang.ai/bootstrap-port";
 /// Where the router serves Prometheus metrics (`smg_*`; smg's own default port, made explicit).
 pub const ROUTER_METRICS_PORT: u16 = 29000;
+/// How long a router pod on its way out keeps serving before SIGTERM, while endpoints update.
+const ROUTER_PRE_STOP_SECONDS: i64 = 5;
+/// How long a router pod may take, after SIGTERM, to finish the requests in flight.
+const ROUTER_GRACE_SECONDS: i64 = 120;
 /// What runs the router: SGLang's model gateway, for both engine types.
 const ROUTER_COMMAND: [&str; 3] = ["python3", "-m", "smg.launch_router"];
 
@@ -686,28 +717,29 @@ pub fn router_rbac_name(name: &str) -> String {
 
 /// The labels smg's discovery selects one role's serving pods by: the leader (node 0) of each
 /// instance, the only pod of a multi-node instance that serves HTTP, while it is in the pool (an
-/// instance being drained leaves it before its pods are deleted).
-fn discovery_selector(name: &str, role: Role) -> Vec<String> {
+/// instance being drained leaves it before its pods are deleted), of the one KV set it pairs.
+fn discovery_selector(name: &str, role: Role, set: u32) -> Vec<String> {
     vec![
         format!("{LABEL_DEPLOYMENT}={name}"),
         format!("{LABEL_ROLE}={}", role.as_str()),
         format!("{LABEL_NODE_RANK}=0"),
         format!("{LABEL_SERVING}=true"),
+        format!("{LABEL_KV_SET}={set}"),
     ]
 }
 
 /// smg's argv: PD mode, workers found by watching this namespace's pods (only Ready ones are
 /// routed, so a decode joins once its handshake gate passes, and scaling needs no restart);
 /// prefill bootstrap ports come from the pods' `sglang.ai/bootstrap-port` annotation.
-pub fn router_args(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Vec<String> {
+pub fn router_args(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32) -> Vec<String> {
     let r = &spec.router;
     let mut args: Vec<String> =
         ["--pd-disaggregation", "--discovery-provider", "kubernetes", "--service-discovery-namespace", ns].map(String::from).into();
     args.extend(["--service-discovery-port".into(), DEFAULT_HTTP_PORT.to_string()]);
     args.push("--prefill-selector".into());
-    args.extend(discovery_selector(name, Role::Prefill));
+    args.extend(discovery_selector(name, Role::Prefill, set));
     args.push("--decode-selector".into());
-    args.extend(discovery_selector(name, Role::Decode));
+    args.extend(discovery_selector(name, Role::Decode, set));
     args.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), r.port.to_string(), "--policy".into(), r.policy.to_string()]);
     args.extend(["--prometheus-host".into(), "0.0.0.0".into(), "--prometheus-port".into(), ROUTER_METRICS_PORT.to_string()]);
     args.extend(r.extra_args.iter().cloned());
@@ -737,29 +769,42 @@ fn router_rbac(name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (S
     (account, role, binding)
 }
 
-fn router_container(spec: &PDDeploymentSpec, name: &str, ns: &str) -> Container {
+fn router_container(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32) -> Container {
     let r = &spec.router;
     Container {
         name: "router".into(),
         image: Some(r.image.clone().unwrap_or_else(|| DEFAULT_ROUTER_IMAGE.into())),
         image_pull_policy: spec.engine.image_pull_policy.clone(),
         command: Some(ROUTER_COMMAND.map(String::from).into()),
-        args: Some(router_args(spec, name, ns)),
+        args: Some(router_args(spec, name, ns, set)),
         ports: Some(vec![port("http", r.port), port("metrics", ROUTER_METRICS_PORT)]),
-        readiness_probe: Some(http_probe("/health", "http", 5, 3)),
+        // smg's `/readiness` answers 200 only with a healthy prefill and decode to pair: a router
+        // pod that takes over another set's traffic is sent none before it can serve it.
+        readiness_probe: Some(http_probe("/readiness", "http", 2, 3)),
+        liveness_probe: Some(http_probe("/liveness", "http", 10, 3)),
+        // Out of the Service's endpoints before smg starts its graceful shutdown (it finishes the
+        // requests in flight within the grace period).
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler { sleep: Some(SleepAction { seconds: ROUTER_PRE_STOP_SECONDS }), ..Default::default() }),
+            ..Default::default()
+        }),
         resources: r.resources.clone(),
         security_context: Some(restricted_security_context()),
         ..Default::default()
     }
 }
 
-fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (Deployment, Service) {
+fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32, owners: &Option<Vec<OwnerReference>>) -> (Deployment, Service) {
     let r = &spec.router;
     let labels = common_labels(name, ROUTER_ROLE);
+    // The set it pairs, on its pods only: a Deployment's selector cannot change.
+    let mut pod_labels = labels.clone();
+    pod_labels.insert(LABEL_KV_SET.into(), set.to_string());
     let pod_spec = PodSpec {
-        containers: vec![router_container(spec, name, ns)],
+        containers: vec![router_container(spec, name, ns, set)],
         service_account_name: Some(router_rbac_name(name)),
         enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(ROUTER_GRACE_SECONDS),
         ..Default::default()
     };
     let deployment = Deployment {
@@ -768,7 +813,7 @@ fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option
             replicas: Some(r.replicas),
             selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels.clone()), ..Default::default() }),
+                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..Default::default() }),
                 spec: Some(pod_spec),
             },
             ..Default::default()
@@ -792,8 +837,72 @@ fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option
     (deployment, service)
 }
 
-/// Renders every child object of `pdd`. `facts` is the resolved model (see `model::resolve`).
+/// Which KV sets one render is for: `target` gets the engine pods, their handshake ConfigMap and
+/// gangs; the router pairs the pods of `routed` (the same set, except while a new set comes up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvSets {
+    pub target: u32,
+    pub routed: u32,
+}
+
+/// What the pods of `role` report in the handshake, and the model they serve (`KV_CONTRACT`).
+/// `pinned` is the spec with the page size both roles use.
+pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
+    let model = serde_json::json!({"path": pinned.model.path, "revision": pinned.model.revision});
+    let side = match role {
+        Role::Prefill => crate::resolve::prefill_info(pinned, facts).to_body(),
+        Role::Decode => serde_json::to_value(crate::resolve::decode_topology(pinned, facts)).unwrap_or_default(),
+    };
+    serde_json::json!({"model": model, role.as_str(): side}).to_string()
+}
+
+/// Renders every child object of `pdd` for KV set 0 (what `pd-operator render` prints).
 pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> Result<Rendered, RenderError> {
+    render_sets(pdd, facts, opts, KvSets::default())
+}
+
+/// The engine pods of KV set `set`, one entry per instance of each role.
+fn engine_instances(
+    pdd_spec: &PDDeploymentSpec,
+    pinned: &PDDeploymentSpec,
+    facts: &ModelFacts,
+    at: (&str, &str, u32),
+    owners: &Option<Vec<OwnerReference>>,
+    opts: &RenderOptions,
+) -> Vec<InstancePods> {
+    let (name, ns, set) = at;
+    let mut out = Vec::new();
+    for role in [Role::Prefill, Role::Decode] {
+        let rs = pdd_spec.role(role);
+        let revision = role_revision(pdd_spec, role, opts);
+        let contract = kv_contract(pinned, facts, role);
+        for instance in 0..pdd_spec.instances(role) {
+            let pods = (0..rs.nodes_per_instance())
+                .map(|node| {
+                    let slot = PodSlot {
+                        spec: pinned,
+                        role,
+                        name,
+                        ns,
+                        instance,
+                        node,
+                        set,
+                        revision: &revision,
+                        contract: &contract,
+                        owners,
+                        opts,
+                    };
+                    slot.pod()
+                })
+                .collect();
+            out.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
+        }
+    }
+    out
+}
+
+/// Renders every child object of `pdd`; `facts` is the resolved model (see `model::resolve`).
+pub fn render_sets(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions, sets: KvSets) -> Result<Rendered, RenderError> {
     let name = pdd.metadata.name.as_deref().ok_or(RenderError::NoName)?;
     let ns = pdd.metadata.namespace.clone().unwrap_or_else(|| opts.default_namespace.clone());
     let spec = &pdd.spec;
@@ -808,41 +917,33 @@ pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> R
     for role in [Role::Prefill, Role::Decode] {
         out.services.push(headless_service(spec, role, name, &ns, &owners));
     }
+    let set = sets.target;
     let prefill_addresses: Vec<String> =
-        (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port)).collect();
+        (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port, set)).collect();
     // Engines and the sidecar get the page size the operator passes to both roles (the spec's,
     // or the one both resolve when it is unset); the revision stays the spec's.
     let pinned = crate::resolve::with_page_size(spec, facts);
     let decode_json = serde_json::to_string_pretty(&crate::resolve::decode_topology(&pinned, facts))
         .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
+    let mut labels = common_labels(name, "decode");
+    labels.insert(LABEL_KV_SET.into(), set.to_string());
     out.config_maps.push(ConfigMap {
-        metadata: meta(handshake_config_name(name), &ns, common_labels(name, "decode"), &owners),
+        metadata: meta(handshake_config_name(name, set), &ns, labels, &owners),
         data: Some(BTreeMap::from([
             ("decode.json".into(), decode_json),
             ("prefill-addresses".into(), prefill_addresses.join("\n") + "\n"),
         ])),
         ..Default::default()
     });
-    let (account, role, binding) = handshake_rbac(spec, name, &ns, &owners);
+    let (account, role, binding) = handshake_rbac(spec, name, &ns, set, &owners);
     out.service_accounts.extend(account);
     out.roles.push(role);
     out.role_bindings.push(binding);
-    for role in [Role::Prefill, Role::Decode] {
-        let rs = spec.role(role);
-        let revision = role_revision(spec, role, opts);
-        for instance in 0..spec.instances(role) {
-            let pods = (0..rs.nodes_per_instance())
-                .map(|node| {
-                    PodSlot { spec: &pinned, role, name, ns: &ns, instance, node, revision: &revision, owners: &owners, opts }.pod()
-                })
-                .collect();
-            out.instances.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
-        }
-    }
+    out.instances = engine_instances(spec, &pinned, facts, (name, &ns, set), &owners, opts);
     out.network_policies = netpol::policies(spec, name, &ns, &owners);
-    out.pod_groups = placement::pod_groups(spec, name, &ns, &owners, opts);
+    out.pod_groups = placement::pod_groups(spec, name, &ns, set, &owners, opts);
     if spec.router.enabled {
-        let (deployment, service) = router_objects(spec, name, &ns, &owners);
+        let (deployment, service) = router_objects(spec, name, &ns, sets.routed, &owners);
         let (account, role, binding) = router_rbac(name, &ns, &owners);
         out.service_accounts.push(account);
         out.roles.push(role);

@@ -48,6 +48,10 @@ fn running(p: &Value) -> bool {
     p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
 }
 
+fn is_ready(p: &Value) -> bool {
+    p["status"]["conditions"].as_array().is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
 fn condition(ns: &TestNamespace, pdd: &str, type_: &str) -> Result<(String, String, String), String> {
     let v = ns.get_json("pdd", pdd)?;
     let c = v["status"]["conditions"]
@@ -597,6 +601,85 @@ fn a_spec_change_rolls_every_instance_and_survives_a_controller_restart() {
         .collect();
     assert_eq!(mems, BTreeSet::from(["0.85".to_owned()]));
     wait_condition(&ns, "roll", "Progressing", "False");
+    // A memory fraction changes nothing either side reports in the handshake: rolled in place.
+    let k = &ns.get_json("pdd", "roll").unwrap()["status"]["kvSet"];
+    assert_eq!((k["target"].as_u64(), k["routed"].as_u64(), k["strategy"].as_str()), (Some(0), Some(0), Some("InPlace")));
+    assert!(events(&ns).contains("RolloutInPlace: the new revisions pass the handshake with KV set 0's running pods both ways"));
+}
+
+fn surge_spec(page: u32) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: kv}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: {page}}}\n  prefill: {{parallelism: {{tp: 2}}}}\n  decode: {{replicas: 2, parallelism: {{tp: 2}}}}\n  rollout: {{drainSeconds: 1}}\n"
+    )
+}
+
+fn kv_set(p: &Value) -> &str {
+    p["metadata"]["labels"]["pd.inference.dev/kv-set"].as_str().unwrap_or_default()
+}
+
+fn events(ns: &TestNamespace) -> String {
+    let o =
+        cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}: {.note}{.message}{\"\\n\"}{end}"]);
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The router Deployment's pods' KV set, and whether its rollout is over.
+fn router_set(ns: &TestNamespace) -> (String, bool) {
+    let d = ns.get_json("deployment", "kv-router").unwrap_or_default();
+    let set = d["spec"]["template"]["metadata"]["labels"]["pd.inference.dev/kv-set"].as_str().unwrap_or_default().to_owned();
+    let s = &d["status"];
+    (set, s["observedGeneration"] == d["metadata"]["generation"] && s["replicas"] == 1 && s["updatedReplicas"] == 1)
+}
+
+#[test]
+/// Page size 64 → 32 cannot pair old and new pods (SGLang: `Page size mismatch`): the new revision
+/// comes up as KV set 1 beside set 0, the router moves to it once it is whole, and only then
+/// does set 0 drain and go. Watched every 200 ms, those orders must never be broken.
+fn an_incompatible_change_surges_a_new_kv_set_and_moves_the_router_only_to_a_whole_set() {
+    let ns = TestNamespace::new("surge");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(&surge_spec(64)).status.success());
+    wait_condition(&ns, "kv", "Ready", "True");
+    let old = uids(&ns, "kv");
+    assert_eq!(old.len(), 3);
+    assert!(ns.apply(&surge_spec(32)).status.success());
+    let (mut both_seen, mut moved_seen) = (false, false);
+    wait_for(Duration::from_secs(180), "set 1 alone, routed", || {
+        let ps = pods(&ns, "kv")?;
+        let live = |set: &str| ps.iter().filter(|p| kv_set(p) == set && p["metadata"]["deletionTimestamp"].is_null()).count();
+        let ready1 = ps.iter().filter(|p| kv_set(p) == "1" && is_ready(p)).count();
+        let (router, settled) = router_set(&ns);
+        both_seen |= live("0") == 3 && live("1") > 0;
+        if router == "1" && !moved_seen {
+            moved_seen = true;
+            assert_eq!(ready1, 3, "the router moved to set 1 before it was whole: {ps:?}");
+        }
+        if live("0") < 3 {
+            assert!(router == "1", "set 0 went before the router left it");
+        }
+        let v = ns.get_json("pdd", "kv")?;
+        let k = &v["status"]["kvSet"];
+        let done = live("0") == 0 && live("1") == 3 && settled && k["target"] == 1 && k["routed"] == 1;
+        done.then_some(()).ok_or_else(|| format!("set 0: {}, set 1: {} ({ready1} ready), router on {router:?}, {k}", live("0"), live("1")))
+    });
+    assert!(both_seen, "set 1 never ran beside set 0");
+    let v = ns.get_json("pdd", "kv").unwrap();
+    assert_eq!(v["status"]["kvSet"]["strategy"], "InPlace");
+    let names: BTreeSet<String> = uids(&ns, "kv").into_keys().collect();
+    assert_eq!(names, BTreeSet::from(["kv-prefill-0-0-s1".into(), "kv-decode-0-0-s1".into(), "kv-decode-1-0-s1".into()]));
+    let args = ns.get_json("deployment", "kv-router").unwrap()["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("pd.inference.dev/kv-set=1") && !args.contains("kv-set=0"), "{args}");
+    let cm = ns.get_json("configmap", "kv-handshake-s1").unwrap();
+    assert!(cm["data"]["prefill-addresses"].as_str().unwrap().starts_with("kv-prefill-0-0-s1.kv-prefill."), "{cm}");
+    wait_for(WAIT, "set 0's ConfigMap to go", || ns.get_json("configmap", "kv-handshake").err().map(drop).ok_or("still there".to_owned()));
+    let events = events(&ns);
+    let mismatch = "RuntimeError: Page size mismatch: prefill server has page_size=32, but decode server has page_size=64.";
+    assert!(
+        events.contains("RolloutSurge: the new revisions cannot pair with KV set 0 (running decode with new prefill: ")
+            && events.contains(mismatch),
+        "{events}"
+    );
+    assert!(events.contains("RouterMoved: the router pairs KV set 1 now; set 0 drains and goes"), "{events}");
 }
 
 #[test]

@@ -250,12 +250,12 @@ fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: dsv3, namespace: ml}\nspec:\n  model: {path: deepseek-ai/DeepSeek-V3}\n  kvTransfer: {pageSize: 64}\n  prefill: {parallelism: {tp: 8}}\n  decode: {parallelism: {tp: 8}}\n  router: {policy: round_robin}\n",
     )
     .expect("a PDDeployment");
-    let args = pd_operator::render::router_args(&pdd.spec, "dsv3", "ml");
+    let args = pd_operator::render::router_args(&pdd.spec, "dsv3", "ml", 2);
     let script = "import json, sys\nfrom smg.launch_router import parse_router_args\na = parse_router_args(sys.argv[1:])\nprint(json.dumps({k: getattr(a, k) for k in ['pd_disaggregation', 'service_discovery_namespace', 'service_discovery_port', 'prefill_selector', 'decode_selector', 'bootstrap_port_annotation', 'port', 'policy', 'prefill_urls', 'decode_urls', 'prometheus_host', 'prometheus_port']} | {'provider': a.selected_discovery_provider()}))";
     let o = Command::new(&py).arg("-c").arg(script).args(&args).output().expect("run smg's parser");
     assert!(o.status.success(), "smg refused {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     let got: Value = serde_json::from_slice(&o.stdout).expect("JSON");
-    let selector = |role: &str| json!({"pd.inference.dev/deployment": "dsv3", "pd.inference.dev/role": role, "pd.inference.dev/node-rank": "0", "pd.inference.dev/serving": "true"});
+    let selector = |role: &str| json!({"pd.inference.dev/deployment": "dsv3", "pd.inference.dev/role": role, "pd.inference.dev/node-rank": "0", "pd.inference.dev/serving": "true", "pd.inference.dev/kv-set": "2"});
     assert_eq!(
         got,
         json!({

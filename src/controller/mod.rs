@@ -4,10 +4,11 @@ pub mod leader;
 pub mod metrics;
 pub mod plan;
 mod reconcile;
+pub mod sets;
 pub mod status;
 pub mod watchdog;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -259,6 +260,22 @@ impl Context {
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
+        self.sync_children_keeping(store, (ns, name, uid), desired, &BTreeSet::new()).await
+    }
+
+    /// `sync_children`, except that a child of a KV set in `keep` (`pd.inference.dev/kv-set`) is
+    /// not deleted when it is not rendered.
+    async fn sync_children_keeping<K>(
+        &self,
+        store: &Store<K>,
+        owner: (&str, &str, &str),
+        desired: &[K],
+        keep: &BTreeSet<String>,
+    ) -> Result<Vec<K>, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let (ns, name, uid) = owner;
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let existing = children_in(store, ns, name, uid);
         // Unchanged children are kept from the cache; the changed ones are applied at once.
@@ -283,7 +300,9 @@ impl Context {
         }
         for leftover in &existing {
             let lname = leftover.meta().name.clone().unwrap_or_default();
-            if !desired.iter().any(|d| d.meta().name.as_deref() == Some(lname.as_str())) {
+            let kept =
+                leftover.meta().labels.as_ref().and_then(|l| l.get(crate::render::LABEL_KV_SET)).is_some_and(|set| keep.contains(set));
+            if !kept && !desired.iter().any(|d| d.meta().name.as_deref() == Some(lname.as_str())) {
                 self.metrics.write("delete", K::plural(&()).as_ref());
                 match api.delete(&lname, &DeleteParams::background()).await {
                     // The cache may lag behind a delete this process already made.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{Role, RolloutSpec};
-use crate::render::{DRAINING_SINCE, InstancePods, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
+use crate::render::{DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +17,10 @@ pub struct ObservedPod {
     pub instance: u32,
     pub node: u32,
     pub revision: String,
+    /// Its KV set (`pd.inference.dev/kv-set`; pods from before sets are in set 0).
+    pub set: u32,
+    /// Its KV contract (`pd.inference.dev/kv-contract`), when it carries one.
+    pub contract: Option<String>,
     pub phase: String,
     pub deleting: bool,
     /// The pod's own Ready condition: containers and readiness gates.
@@ -55,6 +59,8 @@ impl ObservedPod {
             instance: labels.get(LABEL_INSTANCE)?.parse().ok()?,
             node: labels.get(LABEL_NODE_RANK)?.parse().ok()?,
             revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
+            set: labels.get(LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0),
+            contract: pod.metadata.annotations.as_ref().and_then(|a| a.get(KV_CONTRACT)).cloned(),
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
@@ -182,6 +188,34 @@ pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &Rollou
         RolePlan { role, v, other, max_skew, drain, out: &mut out }.plan(rollout.max_unavailable(role));
     }
     out
+}
+
+/// Drains, then deletes, every instance of `observed` (the pods of a KV set the router left);
+/// `why` is said of each.
+pub fn retire(observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timestamp, why: &str) -> Plan {
+    let drain = Drain { period: jiff::SignedDuration::from_secs(i64::from(rollout.drain_seconds.max(0))), now };
+    let mut out = Plan::default();
+    for role in [Role::Prefill, Role::Decode] {
+        let v = view(role, &[], observed, rollout);
+        let mut step = RolePlan { role, v: &v, other: &v, max_skew: 0.0, drain, out: &mut out };
+        for (i, pods) in &v.observed {
+            step.retire(*i, pods, DeleteReason::Rollout, format!("{} instance {i} {why}", role.as_str()));
+        }
+    }
+    out
+}
+
+impl Plan {
+    /// Adds `other`'s steps to this plan.
+    pub fn merge(&mut self, other: Plan) {
+        self.creates.extend(other.creates);
+        self.deletes.extend(other.deletes);
+        self.drains.extend(other.drains);
+        self.drained_in = match (self.drained_in, other.drained_in) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 /// Plans one role, with the other role's view for rolling in step.
@@ -339,6 +373,8 @@ mod tests {
             instance,
             node,
             revision: revision.into(),
+            set: 0,
+            contract: None,
             phase: "Running".into(),
             deleting: false,
             ready: true,

@@ -1,5 +1,6 @@
 //! One reconcile of a PDDeployment, as its steps: read → validate → render → plan → apply → status.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +14,12 @@ use kube::runtime::events::EventType;
 use tracing::{Instrument, info_span, warn};
 
 use super::plan::{self, DeleteReason, ObservedPod, Plan};
+use super::sets::{self, Decision};
 use super::{Context, Error, children_in, model_config, status, status_delay, write_status};
 use crate::api::Role;
 use crate::api::{PDDeployment, PDDeploymentStatus};
 use crate::model::ModelFacts;
-use crate::render::{self, Rendered};
+use crate::render::{self, KvSets, Rendered};
 use crate::validate::{self, Severity};
 
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -43,11 +45,15 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if !problems.is_empty() {
             return pass.report_invalid(problems).await;
         }
-        let rendered = render::render(pdd, &facts, &ctx.render)?;
+        let sets = pass.decide_sets(&facts);
+        let mut rendered = render::render_sets(pdd, &facts, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
+        // The sidecars of an older set's decodes still patch their own gates.
+        let older = pass.observed.iter().filter(|p| p.set != sets.target && p.role == Role::Decode).map(|p| p.name.clone());
+        render::grant_decode_pods(&mut rendered, &pass.name, older);
         let router_ready = pass.apply_support(&rendered).await?;
-        let plan = plan::plan(&rendered.instances, &pass.observed, &pdd.spec.rollout, jiff::Timestamp::now());
+        let plan = pass.plan(&rendered, &sets);
         let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome).await
+        pass.report(router_ready, outcome, sets).await
     }
     .instrument(span)
     .await;
@@ -127,6 +133,7 @@ impl<'a> Pass<'a> {
             revisions,
             router_ready: None,
             degraded: None,
+            kv_set: None,
             now: self.now.clone(),
         }
     }
@@ -146,6 +153,45 @@ impl<'a> Pass<'a> {
         Ok(Action::await_change())
     }
 
+    /// Which KV set new pods go to and which the router pairs (`sets::decide`).
+    fn decide_sets(&self, facts: &ModelFacts) -> Decision {
+        let spec = &self.pdd.spec;
+        let pinned = crate::resolve::with_page_size(spec, facts);
+        let contracts = (render::kv_contract(&pinned, facts, Role::Prefill), render::kv_contract(&pinned, facts, Role::Decode));
+        let want = |role: Role| (spec.instances(role), spec.role(role).nodes_per_instance());
+        let want = sets::Want { prefill: want(Role::Prefill), decode: want(Role::Decode) };
+        sets::decide(&self.observed, (&contracts.0, &contracts.1), self.router(), want)
+    }
+
+    /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.
+    fn router(&self) -> Option<sets::Router> {
+        let wanted = render::router_name(&self.name);
+        let deployments = children_in(&self.ctx.stores.deployments, &self.ns, &self.name, &self.uid);
+        let d = deployments.iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))?;
+        let labels = d.spec.template.metadata.as_ref()?.labels.as_ref()?;
+        let set = labels.get(render::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let want = d.spec.replicas.unwrap_or(1);
+        let settled = d.status.as_ref().is_some_and(|s| {
+            s.observed_generation >= d.metadata.generation
+                && s.replicas.unwrap_or(0) == want
+                && s.updated_replicas.unwrap_or(0) == want
+                && s.available_replicas.unwrap_or(0) >= want
+        });
+        Some(sets::Router { set, settled })
+    }
+
+    /// The target set's rollout, and the retirement of the sets the router left.
+    fn plan(&self, rendered: &Rendered, sets: &Decision) -> Plan {
+        let (rollout, now) = (&self.pdd.spec.rollout, jiff::Timestamp::now());
+        let of = |set: u32| -> Vec<ObservedPod> { self.observed.iter().filter(|p| p.set == set).cloned().collect() };
+        let mut plan = plan::plan(&rendered.instances, &of(sets.target), rollout, now);
+        for old in &sets.retire {
+            let why = format!("of KV set {old} goes: the router pairs set {}", sets.routed);
+            plan.merge(plan::retire(&of(*old), rollout, now, &why));
+        }
+        plan
+    }
+
     /// Services, the handshake ConfigMap, the sidecar's RBAC, the NetworkPolicies and the router, each applied when its
     /// content changed; returns the router's ready replicas when the router is enabled.
     async fn apply_support(&self, rendered: &Rendered) -> Result<Option<i32>, Error> {
@@ -158,16 +204,18 @@ impl<'a> Pass<'a> {
             ctx.sync_children(&stores.roles, ns, name, uid, &rendered.roles).await?;
             ctx.sync_children(&stores.role_bindings, ns, name, uid, &rendered.role_bindings).await
         };
+        // An older KV set keeps its handshake ConfigMap and gangs while it has pods.
+        let live: BTreeSet<String> = self.observed.iter().filter(|p| !p.deleting).map(|p| p.set.to_string()).collect();
         let gangs = async {
             match &stores.pod_groups {
-                Some(store) => ctx.sync_children(store, ns, name, uid, &rendered.pod_groups).await.map(drop),
+                Some(store) => ctx.sync_children_keeping(store, (ns, name, uid), &rendered.pod_groups, &live).await.map(drop),
                 None => Ok(()),
             }
         };
         let (_, _, _, _, _, _, routers) = futures::try_join!(
             gangs,
             ctx.sync_children(&stores.services, ns, name, uid, &rendered.services),
-            ctx.sync_children(&stores.config_maps, ns, name, uid, &rendered.config_maps),
+            ctx.sync_children_keeping(&stores.config_maps, (ns, name, uid), &rendered.config_maps, &live),
             ctx.sync_children(&stores.service_accounts, ns, name, uid, &rendered.service_accounts),
             rbac,
             ctx.sync_children(&stores.network_policies, ns, name, uid, &rendered.network_policies),
@@ -301,17 +349,27 @@ impl<'a> Pass<'a> {
     }
 
     /// Computes the status; writes it now, or later when it is only progress (coalesced).
-    async fn report(self, router_ready: Option<i32>, outcome: Outcome) -> Result<Action, Error> {
+    /// The status counts the pods of the set the router pairs; the KV sets are reported beside.
+    async fn report(self, router_ready: Option<i32>, outcome: Outcome, sets: Decision) -> Result<Action, Error> {
         let (ctx, spec) = (self.ctx, &self.pdd.spec);
         let revisions = (render::role_revision(spec, Role::Prefill, &ctx.render), render::role_revision(spec, Role::Decode, &ctx.render));
-        let inputs =
-            status::StatusInputs { router_ready, degraded: outcome.degraded, ..self.status_inputs(Ok(()), (&revisions.0, &revisions.1)) };
+        let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
+        let inputs = status::StatusInputs {
+            router_ready,
+            degraded: outcome.degraded,
+            observed: &routed,
+            kv_set: Some(sets.status),
+            ..self.status_inputs(Ok(()), (&revisions.0, &revisions.1))
+        };
         let next = status::compute(&inputs);
         if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {
             return Ok(Action::requeue(outcome.requeue.min(wait + Duration::from_millis(50))));
         }
         if let Some((type_, reason, note)) = status::handshake_transition(self.known.as_ref(), &next) {
             ctx.event(self.pdd, type_, &reason, "Handshake", note).await;
+        }
+        if let Some((reason, note)) = status::rollout_transition(self.known.as_ref(), &next) {
+            ctx.event(self.pdd, EventType::Normal, reason, "Rollout", note).await;
         }
         write_status(ctx, &self.status_key, self.known.as_ref(), &self.ns, &self.name, next).await?;
         Ok(Action::requeue(outcome.requeue))

@@ -34,6 +34,8 @@ pub struct StatusInputs<'a> {
     pub router_ready: Option<i32>,
     /// Why an instance is being recreated right now, if one is.
     pub degraded: Option<String>,
+    /// The KV sets (`observed` holds the routed set's pods).
+    pub kv_set: Option<crate::api::KvSetStatus>,
     pub now: Time,
 }
 
@@ -173,7 +175,8 @@ fn engine_selector(pdd: &PDDeployment) -> String {
     render::engine_pods_string(pdd.metadata.name.as_deref().unwrap_or_default())
 }
 
-fn endpoints(pdd: &PDDeployment) -> Endpoints {
+/// The leaders of the KV set `set` (the one the router pairs).
+fn endpoints(pdd: &PDDeployment, set: u32) -> Endpoints {
     let name = pdd.metadata.name.clone().unwrap_or_default();
     let ns = pdd.metadata.namespace.clone().unwrap_or_default();
     let port = crate::api::DEFAULT_HTTP_PORT;
@@ -181,8 +184,8 @@ fn endpoints(pdd: &PDDeployment) -> Endpoints {
         (0..pdd.spec.instances(role))
             .map(|i| InstanceEndpoint {
                 instance: i,
-                http: format!("http://{}:{port}", render::leader_host(&name, &ns, role, i)),
-                bootstrap: bootstrap.then(|| render::bootstrap_address(&name, &ns, i, pdd.spec.kv_transfer.bootstrap_port)),
+                http: format!("http://{}:{port}", render::leader_host(&name, &ns, role, i, set)),
+                bootstrap: bootstrap.then(|| render::bootstrap_address(&name, &ns, i, pdd.spec.kv_transfer.bootstrap_port, set)),
             })
             .collect()
     };
@@ -258,8 +261,9 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         conditions: merge(&previous, conditions, &inputs.now, generation),
         prefill: role_status(&p),
         decode: role_status(&d),
-        endpoints: valid.then(|| endpoints(pdd)),
+        endpoints: valid.then(|| endpoints(pdd, inputs.kv_set.as_ref().map_or(0, |k| k.routed))),
         rank_map: rank_map(inputs),
+        kv_set: inputs.kv_set.clone(),
     }
 }
 
@@ -273,6 +277,13 @@ fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount)
     });
     if !valid {
         return cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into());
+    }
+    if let Some(k) = inputs.kv_set.as_ref().filter(|k| k.target != k.routed) {
+        let note = format!(
+            "KV set {} comes up beside set {}, which the router pairs until set {} is whole ({}): {}",
+            k.target, k.routed, k.target, k.strategy, k.message
+        );
+        return cond(PROGRESSING, Some(true), "KvSetSurge", note);
     }
     if converged && !extra {
         return cond(PROGRESSING, Some(false), "Complete", "every instance runs the current revision and is ready".into());
@@ -319,6 +330,30 @@ pub fn handshake_transition(
     Some((type_, now.reason.clone(), now.message.clone()))
 }
 
+/// The Event to publish when a rollout takes a path or the router moves: (reason, note).
+pub fn rollout_transition(previous: Option<&PDDeploymentStatus>, next: &PDDeploymentStatus) -> Option<(&'static str, String)> {
+    let (before, now) = (previous.and_then(|p| p.kv_set.as_ref()), next.kv_set.as_ref()?);
+    if now.target != now.routed && before.is_none_or(|b| b.target != now.target) {
+        let note = format!(
+            "the new revisions cannot pair with KV set {} ({}): set {} comes up beside it, and the router moves to it once it is whole",
+            now.routed, now.message, now.target
+        );
+        return Some(("RolloutSurge", note));
+    }
+    if let Some(b) = before.filter(|b| b.routed != now.routed) {
+        return Some(("RouterMoved", format!("the router pairs KV set {} now; set {} drains and goes", now.routed, b.routed)));
+    }
+    let revisions = |s: &PDDeploymentStatus| (s.prefill.update_revision.clone(), s.decode.update_revision.clone());
+    let changed = previous.is_some_and(|p| !p.prefill.update_revision.is_empty() && revisions(p) != revisions(next));
+    (changed && now.target == now.routed).then(|| {
+        let note = format!(
+            "the new revisions pass the handshake with KV set {}'s running pods both ways (new decode with running prefill, running decode with new prefill): they roll in place",
+            now.target
+        );
+        ("RolloutInPlace", note)
+    })
+}
+
 /// Per decode instance, the rank map its sidecar published with a passed handshake.
 fn rank_map(inputs: &StatusInputs) -> Vec<DecodeRankMap> {
     (0..inputs.pdd.spec.instances(Role::Decode))
@@ -356,6 +391,8 @@ mod tests {
             instance,
             node: 0,
             revision: String::new(),
+            set: 0,
+            contract: None,
             phase: "Running".into(),
             deleting: false,
             ready: passed == Some(true),
@@ -401,6 +438,7 @@ mod tests {
             revisions: ("", ""),
             router_ready: None,
             degraded: None,
+            kv_set: None,
             now: Time(jiff::Timestamp::UNIX_EPOCH),
         }
     }

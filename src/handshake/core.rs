@@ -216,6 +216,26 @@ impl PrefillInfo {
     fn sharding(&self) -> bool {
         pyvalue::truthy(&self.enable_kv_cache_sharding)
     }
+
+    /// The topology body a prefill with this record would send (`from_body`'s inverse), without
+    /// the decode-side scratch keys.
+    pub fn to_body(&self) -> Value {
+        serde_json::json!({
+            "attn_tp_size": self.attn_tp_size,
+            "attn_cp_size": self.attn_cp_size,
+            "dp_size": self.dp_size,
+            "pp_size": self.pp_size,
+            "page_size": self.page_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "follow_bootstrap_room": self.follow_bootstrap_room,
+            "enable_dsa_cache_layer_split": self.enable_dsa_cache_layer_split,
+            "dsv41_spec_layout": self.dsv41_spec_layout,
+            "kv_layout": self.kv_layout,
+            "decode_allocation_policy": self.decode_allocation_policy,
+            "enable_kv_cache_sharding": self.enable_kv_cache_sharding,
+            "prefill_http_port": self.prefill_http_port,
+        })
+    }
 }
 
 /// One of SGLang 0.5.23's decode-side checks (`try_ensure_parallel_info` #1..#13, the rank
@@ -771,5 +791,18 @@ mod tests {
         assert_eq!(keys.first(), Some(&"target_tp_rank"));
         assert_eq!(keys.last(), Some(&"required_prefill_response_num"));
         assert_eq!(keys.len(), 6);
+    }
+
+    #[test]
+    fn a_record_survives_its_own_body() {
+        let body = serde_json::json!({
+            "attn_tp_size": 4, "attn_cp_size": 2, "dp_size": 1, "pp_size": 1, "page_size": 64,
+            "kv_cache_dtype": "fp8_e4m3", "follow_bootstrap_room": true, "enable_dsa_cache_layer_split": false,
+            "dsv41_spec_layout": null, "kv_layout": "v4", "decode_allocation_policy": "early",
+            "enable_kv_cache_sharding": false, "prefill_http_port": 30000,
+        });
+        let info = super::PrefillInfo::from_body(&body).unwrap();
+        assert_eq!(info.to_body(), body);
+        assert_eq!(super::PrefillInfo::from_body(&info.to_body()).unwrap(), info);
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::scheduling::v1beta1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
-use super::{GPU_RESOURCE, LABEL_DEPLOYMENT, LABEL_INSTANCE, LABEL_ROLE, RenderOptions, common_labels, engine_pods, meta};
+use super::{GPU_RESOURCE, LABEL_INSTANCE, LABEL_KV_SET, RenderOptions, common_labels, engine_pods, meta};
 use crate::api::{Colocation, GangMode, PDDeploymentSpec, Role};
 
 /// What the cluster says about a placement: errors (the spec can never schedule) and warnings.
@@ -76,9 +76,10 @@ fn gang(spec: &PDDeploymentSpec, opts: &RenderOptions, role: Role) -> bool {
     wanted && spec.role(role).nodes_per_instance() > 1
 }
 
-/// The PodGroup of instance `i` of `role`: `{name}-{role}-{i}`, like its pods' prefix.
-pub fn pod_group_name(name: &str, role: Role, instance: u32) -> String {
-    format!("{name}-{}-{instance}", role.as_str())
+/// The PodGroup of instance `i` of `role` in KV set `set`: `{name}-{role}-{i}`, like its pods'
+/// prefix, and the set's suffix.
+pub fn pod_group_name(name: &str, role: Role, instance: u32, set: u32) -> String {
+    format!("{name}-{}-{instance}{}", role.as_str(), super::set_suffix(set))
 }
 
 /// One PodGroup per multi-node instance: none of its pods binds until all of them can.
@@ -86,6 +87,7 @@ pub(super) fn pod_groups(
     spec: &PDDeploymentSpec,
     name: &str,
     ns: &str,
+    set: u32,
     owners: &Option<Vec<OwnerReference>>,
     opts: &RenderOptions,
 ) -> Vec<PodGroup> {
@@ -95,7 +97,7 @@ pub(super) fn pod_groups(
         let nodes = spec.role(role).nodes_per_instance();
         for i in 0..spec.instances(role) {
             out.push(PodGroup {
-                metadata: meta(pod_group_name(name, role, i), ns, common_labels(name, role.as_str()), owners),
+                metadata: meta(pod_group_name(name, role, i, set), ns, set_labels(name, role, set), owners),
                 spec: PodGroupSpec {
                     scheduling_policy: PodGroupSchedulingPolicy {
                         gang: Some(GangSchedulingPolicy { min_count: i32::try_from(nodes).unwrap_or(i32::MAX) }),
@@ -112,17 +114,19 @@ pub(super) fn pod_groups(
 }
 
 /// Sets an engine pod's gang and topology constraints, on top of the template's own affinity.
-pub(super) fn place(spec: &PDDeploymentSpec, name: &str, role: Role, instance: u32, opts: &RenderOptions, pod: &mut PodSpec) {
+/// `at` is the pod's role, instance and KV set.
+pub(super) fn place(spec: &PDDeploymentSpec, name: &str, at: (Role, u32, u32), opts: &RenderOptions, pod: &mut PodSpec) {
+    let (role, instance, set) = at;
     let gang = gang(spec, opts, role);
     if gang {
-        pod.scheduling_group = Some(PodSchedulingGroup { pod_group_name: Some(pod_group_name(name, role, instance)) });
+        pod.scheduling_group = Some(PodSchedulingGroup { pod_group_name: Some(pod_group_name(name, role, instance, set)) });
     }
     let Some(key) = spec.placement.topology_key.as_deref() else { return };
     let mut terms = Vec::new();
     // A gang's PodGroup carries the instance's topology constraint; without one, pod affinity to
     // the instance's own pods does (the first pod of an instance may go anywhere).
     if !gang {
-        terms.push(term(key, instance_pods(name, role, instance)));
+        terms.push(term(key, instance_pods(name, at)));
     }
     let engines = engine_pods(name);
     let affinity = pod.affinity.get_or_insert_with(Affinity::default).pod_affinity.get_or_insert_with(PodAffinity::default);
@@ -143,9 +147,17 @@ fn term(key: &str, selector: LabelSelector) -> PodAffinityTerm {
     PodAffinityTerm { label_selector: Some(selector), topology_key: key.to_owned(), ..Default::default() }
 }
 
-fn instance_pods(name: &str, role: Role, instance: u32) -> LabelSelector {
-    let labels = [(LABEL_DEPLOYMENT, name.to_owned()), (LABEL_ROLE, role.as_str().to_owned()), (LABEL_INSTANCE, instance.to_string())];
-    LabelSelector { match_labels: Some(labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()), ..Default::default() }
+fn instance_pods(name: &str, (role, instance, set): (Role, u32, u32)) -> LabelSelector {
+    let mut labels = set_labels(name, role, set);
+    labels.insert(LABEL_INSTANCE.into(), instance.to_string());
+    LabelSelector { match_labels: Some(labels), ..Default::default() }
+}
+
+/// The labels of one role's objects in KV set `set`.
+fn set_labels(name: &str, role: Role, set: u32) -> std::collections::BTreeMap<String, String> {
+    let mut labels = common_labels(name, role.as_str());
+    labels.insert(LABEL_KV_SET.into(), set.to_string());
+    labels
 }
 
 #[cfg(test)]
@@ -193,20 +205,20 @@ mod tests {
         s.prefill.gpus_per_node = 8;
         s.decode.gpus_per_node = 16;
         let opts = RenderOptions { workload_api: true, ..RenderOptions::default() };
-        let groups = pod_groups(&s, "m", "ns", &None, &opts);
+        let groups = pod_groups(&s, "m", "ns", 0, &None, &opts);
         assert_eq!(groups.iter().map(|g| g.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["m-prefill-0"]);
         assert_eq!(groups[0].spec.scheduling_policy.gang.as_ref().unwrap().min_count, 2);
         let mut pod = PodSpec::default();
-        place(&s, "m", Role::Prefill, 0, &opts, &mut pod);
+        place(&s, "m", (Role::Prefill, 0, 0), &opts, &mut pod);
         assert_eq!(pod.scheduling_group.unwrap().pod_group_name.as_deref(), Some("m-prefill-0"));
         assert!(pod.affinity.is_none_or(|a| a.pod_affinity.unwrap().required_during_scheduling_ignored_during_execution.is_none()));
         // A single-node instance needs no gang; its topology term is pod affinity to its own pods.
         let mut pod = PodSpec::default();
-        place(&s, "m", Role::Decode, 0, &opts, &mut pod);
+        place(&s, "m", (Role::Decode, 0, 0), &opts, &mut pod);
         assert!(pod.scheduling_group.is_none());
         let required = pod.affinity.unwrap().pod_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap();
         assert_eq!(required[0].topology_key, "rack");
         // Without the API, `auto` renders no gang at all.
-        assert!(pod_groups(&s, "m", "ns", &None, &RenderOptions::default()).is_empty());
+        assert!(pod_groups(&s, "m", "ns", 0, &None, &RenderOptions::default()).is_empty());
     }
 }
