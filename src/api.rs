@@ -580,6 +580,13 @@ pub struct RolloutSpec {
     #[serde(default = "default_drain_seconds")]
     #[schemars(range(min = 0, max = 3600))]
     pub drain_seconds: i32,
+    /// How a spec change reaches the pods. `Auto`: in place, instance by instance, when the new
+    /// revisions are KV-compatible with the running pods (the handshake core judges new decode
+    /// with running prefill and running decode with new prefill), and as a new KV set beside the
+    /// running one when they are not. `Surge`: always as a new KV set (twice the GPUs while it
+    /// comes up; no instance is ever taken down first, even in a role of one).
+    #[serde(default)]
+    pub strategy: RolloutStrategy,
     #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
     pub prefill: RoleRollout,
     #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
@@ -592,6 +599,7 @@ impl Default for RolloutSpec {
             max_unavailable: 1,
             max_skew: 0,
             drain_seconds: default_drain_seconds(),
+            strategy: RolloutStrategy::default(),
             prefill: RoleRollout::default(),
             decode: RoleRollout::default(),
         }
@@ -600,6 +608,14 @@ impl Default for RolloutSpec {
 
 fn default_drain_seconds() -> i32 {
     30
+}
+
+/// `rollout.strategy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum RolloutStrategy {
+    #[default]
+    Auto,
+    Surge,
 }
 
 /// One role's rollout settings. Not part of the role's revision: changing them rolls nothing.

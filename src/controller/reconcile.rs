@@ -16,8 +16,8 @@ use tracing::{Instrument, info_span, warn};
 use super::plan::{self, DeleteReason, ObservedPod, Plan};
 use super::sets::{self, Decision};
 use super::{Context, Error, children_in, model_config, status, status_delay, write_status};
-use crate::api::Role;
 use crate::api::{PDDeployment, PDDeploymentStatus};
+use crate::api::{Role, RolloutStrategy};
 use crate::model::ModelFacts;
 use crate::render::{self, KvSets, Rendered};
 use crate::validate::{self, Severity};
@@ -158,9 +158,16 @@ impl<'a> Pass<'a> {
         let spec = &self.pdd.spec;
         let pinned = crate::resolve::with_page_size(spec, facts);
         let contracts = (render::kv_contract(&pinned, facts, Role::Prefill), render::kv_contract(&pinned, facts, Role::Decode));
+        let revisions =
+            (render::role_revision(spec, Role::Prefill, &self.ctx.render), render::role_revision(spec, Role::Decode, &self.ctx.render));
+        let desired = sets::Desired {
+            contracts: (&contracts.0, &contracts.1),
+            revisions: (&revisions.0, &revisions.1),
+            always_surge: spec.rollout.strategy == RolloutStrategy::Surge,
+        };
         let want = |role: Role| (spec.instances(role), spec.role(role).nodes_per_instance());
         let want = sets::Want { prefill: want(Role::Prefill), decode: want(Role::Decode) };
-        sets::decide(&self.observed, (&contracts.0, &contracts.1), self.router(), want)
+        sets::decide(&self.observed, &desired, self.router(), want)
     }
 
     /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.

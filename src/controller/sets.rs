@@ -26,6 +26,15 @@ pub struct Router {
     pub settled: bool,
 }
 
+/// What the spec's pods would be: their (prefill, decode) KV contracts and revisions, and whether
+/// every revision change comes up as a set of its own (`rollout.strategy: Surge`).
+#[derive(Clone, Copy, Debug)]
+pub struct Desired<'a> {
+    pub contracts: (&'a str, &'a str),
+    pub revisions: (&'a str, &'a str),
+    pub always_surge: bool,
+}
+
 /// What the spec asks of each role: instances and pods per instance.
 #[derive(Clone, Copy, Debug)]
 pub struct Want {
@@ -69,6 +78,19 @@ fn set_incompatibility(observed: &[ObservedPod], set: u32, new: (&str, &str)) ->
     contracts.into_iter().find_map(|c| incompatibility(c, new.0, new.1))
 }
 
+/// Why the spec's pods cannot join `set`: an incompatible contract, or, under `Surge`, a pod of
+/// another revision.
+fn why_apart(observed: &[ObservedPod], set: u32, desired: &Desired) -> Option<String> {
+    set_incompatibility(observed, set, desired.contracts).or_else(|| {
+        let outdated = |p: &&ObservedPod| {
+            let want = if p.role == Role::Prefill { desired.revisions.0 } else { desired.revisions.1 };
+            p.set == set && !p.deleting && p.revision != want
+        };
+        (desired.always_surge && observed.iter().any(|p| outdated(&p)))
+            .then(|| "rollout.strategy is Surge: every new revision comes up as a KV set of its own".to_owned())
+    })
+}
+
 /// Whether every instance of `set` the spec asks for is there and serving.
 pub fn whole(observed: &[ObservedPod], set: u32, want: Want) -> bool {
     [(Role::Prefill, want.prefill), (Role::Decode, want.decode)].into_iter().all(|(role, (instances, nodes))| {
@@ -80,11 +102,11 @@ pub fn whole(observed: &[ObservedPod], set: u32, want: Want) -> bool {
     })
 }
 
-/// Decides the target and routed sets; `new` is the spec's (prefill, decode) contracts.
-pub fn decide(observed: &[ObservedPod], new: (&str, &str), router: Option<Router>, want: Want) -> Decision {
+/// Decides the target and routed sets.
+pub fn decide(observed: &[ObservedPod], desired: &Desired, router: Option<Router>, want: Want) -> Decision {
     let live: BTreeSet<u32> = observed.iter().filter(|p| !p.deleting).map(|p| p.set).collect();
     let newest = live.last().copied().unwrap_or(0);
-    let target = if set_incompatibility(observed, newest, new).is_some() { newest + 1 } else { newest };
+    let target = if why_apart(observed, newest, desired).is_some() { newest + 1 } else { newest };
     let whole = whole(observed, target, want);
     let older = live.iter().rev().copied().find(|s| *s != target);
     let routed = match router {
@@ -96,7 +118,7 @@ pub fn decide(observed: &[ObservedPod], new: (&str, &str), router: Option<Router
     // While the router's pods change, an old router pod may still pair the set it had.
     let settled = router.is_none_or(|r| r.settled && r.set == routed);
     let retire = live.iter().copied().filter(|s| *s != target && *s != routed && settled).collect();
-    let message = if routed == target { String::new() } else { set_incompatibility(observed, routed, new).unwrap_or_default() };
+    let message = if routed == target { String::new() } else { why_apart(observed, routed, desired).unwrap_or_default() };
     let strategy = if routed == target { IN_PLACE } else { SURGE };
     Decision { target, routed, retire, status: KvSetStatus { target, routed, strategy: strategy.into(), message } }
 }
@@ -147,8 +169,8 @@ mod tests {
 
     const ONE: Want = Want { prefill: (1, 1), decode: (1, 1) };
 
-    fn new(c: &(String, String)) -> (&str, &str) {
-        (&c.0, &c.1)
+    fn new(c: &(String, String)) -> Desired<'_> {
+        Desired { contracts: (&c.0, &c.1), revisions: ("r", "r"), always_surge: false }
     }
 
     #[test]
@@ -172,9 +194,9 @@ mod tests {
         let (p64, p32) = (contracts(64, "deepseek-ai/DeepSeek-V3"), contracts(32, "deepseek-ai/DeepSeek-V3"));
         let running = pair(0, &p64);
         let router = Some(Router { set: 0, settled: true });
-        let d = decide(&running, new(&p64), router, ONE);
+        let d = decide(&running, &new(&p64), router, ONE);
         assert_eq!((d.target, d.routed, d.retire.clone(), d.status.strategy.as_str()), (0, 0, vec![], IN_PLACE));
-        let d = decide(&running, new(&p32), router, ONE);
+        let d = decide(&running, &new(&p32), router, ONE);
         assert_eq!((d.target, d.routed, d.retire.clone(), d.status.strategy.as_str()), (1, 0, vec![], SURGE));
         assert!(d.status.message.contains("Page size mismatch"), "{}", d.status.message);
     }
@@ -186,18 +208,18 @@ mod tests {
         let mut half = pair(1, &p32);
         half[1].ready = false;
         pods.extend(half.clone());
-        let d = decide(&pods, new(&p32), Some(Router { set: 0, settled: true }), ONE);
+        let d = decide(&pods, &new(&p32), Some(Router { set: 0, settled: true }), ONE);
         assert_eq!((d.target, d.routed, d.retire), (1, 0, vec![]), "set 1 is not whole yet");
         let mut whole_pods = pair(0, &p64);
         whole_pods.extend(pair(1, &p32));
-        let d = decide(&whole_pods, new(&p32), Some(Router { set: 0, settled: true }), ONE);
+        let d = decide(&whole_pods, &new(&p32), Some(Router { set: 0, settled: true }), ONE);
         assert_eq!((d.target, d.routed, d.retire), (1, 1, vec![]), "the router moves; set 0 waits for it");
-        let d = decide(&whole_pods, new(&p32), Some(Router { set: 1, settled: false }), ONE);
+        let d = decide(&whole_pods, &new(&p32), Some(Router { set: 1, settled: false }), ONE);
         assert_eq!((d.routed, d.retire), (1, vec![]), "an old router pod may still pair set 0");
-        let d = decide(&whole_pods, new(&p32), Some(Router { set: 1, settled: true }), ONE);
+        let d = decide(&whole_pods, &new(&p32), Some(Router { set: 1, settled: true }), ONE);
         assert_eq!((d.routed, d.retire, d.status.strategy.as_str()), (1, vec![0], IN_PLACE));
         // Once on set 1, the router stays there while an instance of it is replaced.
-        let d = decide(&pods, new(&p32), Some(Router { set: 1, settled: true }), ONE);
+        let d = decide(&pods, &new(&p32), Some(Router { set: 1, settled: true }), ONE);
         assert_eq!((d.routed, d.retire), (1, vec![0]));
     }
 
@@ -206,11 +228,11 @@ mod tests {
         let (p64, p32) = (contracts(64, "deepseek-ai/DeepSeek-V3"), contracts(32, "deepseek-ai/DeepSeek-V3"));
         let mut pods = pair(0, &p64);
         pods.extend(pair(1, &p32));
-        assert_eq!(decide(&pods, new(&p32), None, ONE).retire, vec![0]);
+        assert_eq!(decide(&pods, &new(&p32), None, ONE).retire, vec![0]);
         pods[3].ready = false;
-        let d = decide(&pods, new(&p32), None, ONE);
+        let d = decide(&pods, &new(&p32), None, ONE);
         assert_eq!((d.target, d.routed, d.retire), (1, 0, vec![]));
-        assert_eq!(decide(&[], new(&p32), None, ONE).target, 0, "a new PDDeployment starts at set 0");
+        assert_eq!(decide(&[], &new(&p32), None, ONE).target, 0, "a new PDDeployment starts at set 0");
     }
 
     #[test]
@@ -222,7 +244,21 @@ mod tests {
             p.ready = false;
             p
         }));
-        let d = decide(&pods, new(&p16), Some(Router { set: 0, settled: true }), ONE);
+        let d = decide(&pods, &new(&p16), Some(Router { set: 0, settled: true }), ONE);
         assert_eq!((d.target, d.routed, d.retire), (2, 0, vec![1]));
+    }
+
+    #[test]
+    fn under_surge_any_new_revision_comes_up_as_a_set_of_its_own() {
+        let p64 = contracts(64, "deepseek-ai/DeepSeek-V3");
+        let running = pair(0, &p64);
+        let same = Desired { always_surge: true, ..new(&p64) };
+        assert_eq!(decide(&running, &same, None, ONE).target, 0, "the same revisions stay");
+        let changed = Desired { revisions: ("r", "r2"), ..same };
+        let d = decide(&running, &changed, Some(Router { set: 0, settled: true }), ONE);
+        assert_eq!((d.target, d.routed, d.status.strategy.as_str()), (1, 0, SURGE));
+        assert!(d.status.message.contains("rollout.strategy is Surge"), "{}", d.status.message);
+        let auto = Desired { always_surge: false, ..changed };
+        assert_eq!(decide(&running, &auto, None, ONE).target, 0, "Auto rolls a compatible change in place");
     }
 }

@@ -23,6 +23,8 @@ struct Config {
     bootstrap: Option<(String, u16)>,
     concurrency: u64,
     requests: u64,
+    /// Stop sending after this long, even with requests left.
+    seconds: Option<u64>,
     max_tokens: u64,
     prompt_bytes: usize,
     stream: bool,
@@ -36,6 +38,7 @@ fn parse(args: &[String]) -> Result<Config, SimError> {
         bootstrap: None,
         concurrency: 8,
         requests: 1000,
+        seconds: None,
         max_tokens: 16,
         prompt_bytes: 64,
         stream: false,
@@ -58,6 +61,7 @@ fn parse(args: &[String]) -> Result<Config, SimError> {
             }
             "--concurrency" => c.concurrency = v.parse().map_err(|_| bad(a, v))?,
             "--requests" => c.requests = v.parse().map_err(|_| bad(a, v))?,
+            "--seconds" => c.seconds = Some(v.parse().map_err(|_| bad(a, v))?),
             "--max-tokens" => c.max_tokens = v.parse().map_err(|_| bad(a, v))?,
             "--prompt-bytes" => c.prompt_bytes = v.parse().map_err(|_| bad(a, v))?,
             _ => return Err(SimError::Flags(format!("unknown flag {a}"))),
@@ -97,7 +101,20 @@ async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byte
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(body));
     let Ok(req) = req else { return Sample::default() };
-    let Ok(resp) = sender.send_request(req).await else {
+    let resp = match sender.try_send_request(req).await {
+        Ok(resp) => Ok(resp),
+        // Never written: the server closed this keep-alive connection first (a router pod on its
+        // way out does). HTTP clients send such a request again on a new connection.
+        Err(mut e) => match (e.take_message(), connect(addr).await) {
+            (Some(req), Some(mut fresh)) => {
+                let resp = fresh.send_request(req).await;
+                *conn = Some(fresh);
+                resp
+            }
+            _ => Err(e.into_error()),
+        },
+    };
+    let Ok(resp) = resp else {
         *conn = None;
         return Sample::default();
     };
@@ -129,7 +146,8 @@ fn request_body(c: &Config, room: Option<u64>) -> Bytes {
 
 async fn worker(c: Arc<Config>, next: Arc<AtomicU64>, out: Arc<Mutex<Vec<Sample>>>) {
     let (mut main, mut pre) = (None, None);
-    while next.fetch_add(1, Ordering::Relaxed) < c.requests {
+    let until = c.seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    while until.is_none_or(|t| Instant::now() < t) && next.fetch_add(1, Ordering::Relaxed) < c.requests {
         let sample = match &c.prefill {
             None => one(&mut main, &c.target, request_body(&c, None), c.stream).await,
             Some(p) => {

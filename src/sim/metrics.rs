@@ -71,6 +71,8 @@ pub struct SimMetrics {
     pair_pulls: Family<PairLabels, Counter>,
     /// The same counters for `/get_server_info`, ordered.
     pairs: Mutex<BTreeMap<PairLabels, (u64, u64)>>,
+    /// Requests whose KV came from each prefill bootstrap address (`host:port`).
+    sources: Mutex<BTreeMap<String, u64>>,
     /// Generated tokens, for `gen_throughput`.
     pub generated: AtomicU64,
 }
@@ -98,6 +100,7 @@ impl SimMetrics {
             pair_bytes: Family::default(),
             pair_pulls: Family::default(),
             pairs: Mutex::new(BTreeMap::new()),
+            sources: Mutex::new(BTreeMap::new()),
             generated: AtomicU64::new(0),
             registry: Registry::default(),
         };
@@ -134,6 +137,17 @@ impl SimMetrics {
         let e = pairs.entry(pair).or_default();
         e.0 += 1;
         e.1 += bytes;
+    }
+
+    /// One request's KV received whole from the prefill at `addr`.
+    pub fn record_source(&self, addr: &str) {
+        *self.sources.lock().unwrap_or_else(|p| p.into_inner()).entry(addr.to_owned()).or_default() += 1;
+    }
+
+    /// Requests per prefill bootstrap address, as a JSON object.
+    pub fn sources_json(&self) -> Value {
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        Value::Object(sources.iter().map(|(addr, n)| (addr.clone(), Value::from(*n))).collect())
     }
 
     /// The per-pair counters as JSON rows.

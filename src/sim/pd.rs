@@ -195,6 +195,7 @@ impl DecodeSide {
                 }
             }
         }
+        metrics.record_source(&addr);
         let secs = start.elapsed().as_secs_f64();
         metrics.kv_latency_ms.observe(secs * 1e3);
         if secs > 0.0 && received.bytes > 0 {

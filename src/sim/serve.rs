@@ -319,6 +319,7 @@ fn server_info(e: &Engine) -> Value {
             json!([{"num_running_reqs": e.metrics.running.get(), "num_queue_reqs": e.metrics.queued.get()}]),
         );
         o.insert("kv_transfers".into(), e.metrics.pairs_json());
+        o.insert("kv_sources".into(), e.metrics.sources_json());
         let sent = e.sent.lock().unwrap_or_else(|p| p.into_inner());
         let rows = sent.iter().map(|((dp, cp, tp, pp), b)| {
             json!({"prefill_dp_rank": dp, "prefill_cp_rank": cp, "prefill_tp_rank": tp, "prefill_pp_rank": pp, "bytes": b.load(Ordering::Relaxed)})
