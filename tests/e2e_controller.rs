@@ -680,6 +680,18 @@ fn an_incompatible_change_surges_a_new_kv_set_and_moves_the_router_only_to_a_who
         "{events}"
     );
     assert!(events.contains("RouterMoved: the router pairs KV set 1 now; set 0 drains and goes"), "{events}");
+
+    // Under `strategy: Surge` even a compatible change (a memory fraction) gets a set of its own.
+    let patch = r#"{"spec":{"rollout":{"strategy":"Surge"},"prefill":{"template":{"extraArgs":["--mem-fraction-static","0.8"]}}}}"#;
+    let o = cluster().kubectl(&["patch", "pdd", "kv", "-n", &ns.name, "--type=merge", "-p", patch]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for(Duration::from_secs(180), "set 2 alone, routed", || {
+        let ps = pods(&ns, "kv")?;
+        let sets: BTreeSet<&str> = ps.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).map(kv_set).collect();
+        let k = ns.get_json("pdd", "kv")?["status"]["kvSet"].clone();
+        (sets == BTreeSet::from(["2"]) && k["routed"] == 2).then_some(()).ok_or_else(|| format!("{sets:?} {k}"))
+    });
+    assert!(events(&ns).contains("rollout.strategy is Surge"), "{}", events(&ns));
 }
 
 #[test]

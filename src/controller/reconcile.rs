@@ -178,13 +178,24 @@ impl<'a> Pass<'a> {
         let labels = d.spec.template.metadata.as_ref()?.labels.as_ref()?;
         let set = labels.get(render::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
         let want = d.spec.replicas.unwrap_or(1);
-        let settled = d.status.as_ref().is_some_and(|s| {
+        let rolled = d.status.as_ref().is_some_and(|s| {
             s.observed_generation >= d.metadata.generation
                 && s.replicas.unwrap_or(0) == want
                 && s.updated_replicas.unwrap_or(0) == want
                 && s.available_replicas.unwrap_or(0) >= want
         });
-        Some(sets::Router { set, settled })
+        // A router pod of another set, terminating included, may still pair that set's pods on
+        // the connections it keeps open: the set stays until the pod is gone.
+        let set_label = set.to_string();
+        let stragglers = self.ctx.stores.pods.state_filter(|p| {
+            let labels = p.metadata.labels.as_ref();
+            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+            p.metadata.namespace.as_deref() == Some(self.ns.as_str())
+                && label(render::LABEL_DEPLOYMENT) == Some(self.name.as_str())
+                && label(render::LABEL_ROLE) == Some(render::ROUTER_ROLE)
+                && label(render::LABEL_KV_SET) != Some(set_label.as_str())
+        });
+        Some(sets::Router { set, settled: rolled && stragglers.is_empty() })
     }
 
     /// The target set's rollout, and the retirement of the sets the router left.
