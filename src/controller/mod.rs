@@ -396,10 +396,10 @@ fn status_delay(
 }
 
 /// Whether a status change must be written at once rather than coalesced with the progress
-/// writes: a new generation or rank map, anything turning bad, Ready turning True, or a rollout
+/// writes: a new generation, rank map or KV set, anything turning bad, Ready turning True, or a rollout
 /// completing. Good news on the way (one role available, the other still starting) waits.
 fn urgent(previous: &crate::api::PDDeploymentStatus, next: &crate::api::PDDeploymentStatus) -> bool {
-    if previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map {
+    if previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map || previous.kv_set != next.kv_set {
         return true;
     }
     next.conditions.iter().any(|c| {
