@@ -5,7 +5,7 @@
 # sim engines moving KV along the rank map. Everything is built here offline and cached
 # (hack/kind-node.sh, hack/image.sh, hack/gateway-image.sh); the cluster is deleted at the end, and a dockerd started here
 # is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
-#   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster running (kubeconfig path is printed)
+#   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster, and a failed test's namespace, running
 #   PD_KIND_TESTS=rollouts hack/kind-e2e.sh   # only the tests whose names contain "rollouts"
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -99,7 +99,7 @@ helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS"
 log "running tests/e2e_kind.rs against the cluster"
 t=$(date +%s)
 set +e
-PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
+PD_E2E_KEEP_FAILED=${PD_KIND_KEEP:-} PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
   PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
   cargo test --locked --test e2e_kind -- --ignored --test-threads 4 --nocapture ${PD_KIND_TESTS:-} 2>&1 | tee "$STATE/test.log" >&2
 rc=${PIPESTATUS[0]}

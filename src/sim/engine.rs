@@ -138,11 +138,10 @@ async fn run_prefill(engine: Arc<Engine>, t: Topology, signal: ShutdownSignal) -
     let target = registration_target(f).await;
     info!(ranks = slots.len(), held_back = slots.len() - sent, %target, "registering prefill ranks");
     let bodies: Vec<_> = slots.iter().zip(&ports).take(sent).map(|(s, p)| flags::registration_body(f, &t, *s, &ip, *p)).collect();
-    let registrations = join_all(bodies.into_iter().map(|b| register(target.clone(), b)));
-    tokio::spawn(async move {
-        let ok = registrations.await.into_iter().filter(|ok| *ok).count();
-        info!(registered = ok, "prefill ranks registered");
-    });
+    // SGLang's ranks register while the scheduler starts, before the HTTP server answers: a
+    // prefill that reports healthy can be bootstrapped from.
+    let ok = join_all(bodies.into_iter().map(|b| register(target.clone(), b))).await.into_iter().filter(|ok| *ok).count();
+    info!(registered = ok, "prefill ranks registered");
     serve_api(engine.clone(), signal, tasks).await
 }
 

@@ -76,6 +76,8 @@ fn parse(args: &[String]) -> Result<Config, SimError> {
 #[derive(Default)]
 struct Sample {
     ok: bool,
+    /// Why it failed: `connect`, `send`, `body` or `status <code>`.
+    error: Option<String>,
     ttft: f64,
     itl: Vec<f64>,
     e2e: f64,
@@ -92,15 +94,16 @@ async fn connect(addr: &str) -> Option<SendRequest<Full<Bytes>>> {
 /// One request on `conn` (reconnecting when needed); event times are recorded for streams.
 async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes, timed: bool) -> Sample {
     let start = Instant::now();
+    let failed = |why: &str| Sample { error: Some(why.to_owned()), ..Sample::default() };
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
         *conn = connect(addr).await;
     }
-    let Some(sender) = conn.as_mut() else { return Sample::default() };
+    let Some(sender) = conn.as_mut() else { return failed("connect") };
     let req = hyper::Request::post("/v1/chat/completions")
         .header(hyper::header::HOST, addr)
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(body));
-    let Ok(req) = req else { return Sample::default() };
+    let Ok(req) = req else { return failed("request") };
     let resp = match sender.try_send_request(req).await {
         Ok(resp) => Ok(resp),
         // Never written: the server closed this keep-alive connection first (a router pod on its
@@ -116,12 +119,13 @@ async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byte
     };
     let Ok(resp) = resp else {
         *conn = None;
-        return Sample::default();
+        return failed("send");
     };
     let ok = resp.status().is_success();
+    let error = (!ok).then(|| format!("status {}", resp.status().as_u16()));
     let (mut body, mut events) = (resp.into_body(), Vec::new());
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return Sample::default() };
+        let Ok(frame) = frame else { return failed("body") };
         if let (true, Ok(data)) = (timed, frame.into_data()) {
             let at = start.elapsed().as_secs_f64();
             let n = data.windows(11).filter(|w| *w == b"\"content\":\"").count();
@@ -129,7 +133,7 @@ async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byte
         }
     }
     let itl = events.windows(2).map(|w| w[1] - w[0]).collect();
-    Sample { ok, ttft: events.first().copied().unwrap_or_default(), itl, e2e: start.elapsed().as_secs_f64() }
+    Sample { ok, error, ttft: events.first().copied().unwrap_or_default(), itl, e2e: start.elapsed().as_secs_f64() }
 }
 
 fn request_body(c: &Config, room: Option<u64>) -> Bytes {
@@ -153,7 +157,9 @@ async fn worker(c: Arc<Config>, next: Arc<AtomicU64>, out: Arc<Mutex<Vec<Sample>
             Some(p) => {
                 let body = request_body(&c, Some(rand::random::<u64>() >> 1));
                 let (d, pf) = tokio::join!(one(&mut main, &c.target, body.clone(), c.stream), one(&mut pre, p, body, false));
-                Sample { ok: d.ok && pf.ok, ..d }
+                let (mut d, pf) = (d, pf);
+                let error = d.error.take().or(pf.error);
+                Sample { ok: d.ok && pf.ok, error, ..d }
             }
         };
         out.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
@@ -174,7 +180,13 @@ fn report(c: &Config, samples: &[Sample], secs: f64) -> Value {
     let mut itl: Vec<f64> = ok.iter().flat_map(|s| s.itl.iter().copied()).collect();
     let mut e2e: Vec<f64> = ok.iter().map(|s| s.e2e).collect();
     let ms = |x: f64| (x * 1e5).round() / 1e2;
+    let mut errors = serde_json::Map::new();
+    for why in samples.iter().filter_map(|s| s.error.as_deref()) {
+        let n = errors.get(why).and_then(Value::as_u64).unwrap_or(0);
+        errors.insert(why.to_owned(), (n + 1).into());
+    }
     json!({
+        "errors": errors,
         "concurrency": c.concurrency, "requests": samples.len(), "failed": samples.len() - ok.len(), "stream": c.stream,
         "max_tokens": c.max_tokens, "prompt_bytes": c.prompt_bytes, "seconds": (secs * 1e3).round() / 1e3,
         "requests_per_s": (ok.len() as f64 / secs * 10.0).round() / 10.0,

@@ -139,6 +139,11 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
+        // `PD_E2E_KEEP_FAILED=1` leaves a failed test's namespace for a look.
+        if std::thread::panicking() && std::env::var("PD_E2E_KEEP_FAILED").is_ok_and(|v| !v.is_empty()) {
+            eprintln!("namespace {} kept", self.name);
+            return;
+        }
         let _ = cluster().kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
     }
 }
