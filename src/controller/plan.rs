@@ -82,6 +82,26 @@ impl ObservedPod {
         })
     }
 
+    /// A pod as a test sees it: Running and Ready, in set 0, without gate or contract.
+    #[cfg(test)]
+    pub fn running(role: Role, instance: u32, node: u32, revision: &str) -> Self {
+        Self {
+            name: format!("{}-{instance}-{node}", role.as_str()),
+            role,
+            instance,
+            node,
+            revision: revision.into(),
+            set: 0,
+            contract: None,
+            phase: "Running".into(),
+            deleting: false,
+            ready: true,
+            handshake: None,
+            unschedulable: None,
+            draining_since: None,
+        }
+    }
+
     fn failed(&self) -> bool {
         matches!(self.phase.as_str(), "Failed" | "Succeeded")
     }
@@ -367,21 +387,7 @@ mod tests {
 
     /// An existing pod, Running and Ready unless changed.
     fn have(role: Role, instance: u32, node: u32, revision: &str) -> ObservedPod {
-        ObservedPod {
-            name: format!("{}-{instance}-{node}", role.as_str()),
-            role,
-            instance,
-            node,
-            revision: revision.into(),
-            set: 0,
-            contract: None,
-            phase: "Running".into(),
-            deleting: false,
-            ready: true,
-            handshake: None,
-            unschedulable: None,
-            draining_since: None,
-        }
+        ObservedPod::running(role, instance, node, revision)
     }
 
     /// `n` one-pod instances per role at `revision`, rendered and running.

@@ -146,21 +146,8 @@ mod tests {
     }
 
     fn pod(role: Role, instance: u32, set: u32, contract: &(String, String)) -> ObservedPod {
-        ObservedPod {
-            name: format!("x-{}-{instance}-0-s{set}", role.as_str()),
-            role,
-            instance,
-            node: 0,
-            revision: "r".into(),
-            set,
-            contract: Some(if role == Role::Prefill { contract.0.clone() } else { contract.1.clone() }),
-            phase: "Running".into(),
-            deleting: false,
-            ready: true,
-            handshake: None,
-            unschedulable: None,
-            draining_since: None,
-        }
+        let side = if role == Role::Prefill { &contract.0 } else { &contract.1 };
+        ObservedPod { set, contract: Some(side.clone()), ..ObservedPod::running(role, instance, 0, "r") }
     }
 
     fn pair(set: u32, contract: &(String, String)) -> Vec<ObservedPod> {

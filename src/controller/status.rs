@@ -387,18 +387,9 @@ mod tests {
     fn decode_pod(instance: u32, passed: Option<bool>, map: Option<Vec<RankTargets>>) -> ObservedPod {
         ObservedPod {
             name: format!("x-decode-{instance}-0"),
-            role: Role::Decode,
-            instance,
-            node: 0,
-            revision: String::new(),
-            set: 0,
-            contract: None,
-            phase: "Running".into(),
-            deleting: false,
             ready: passed == Some(true),
             handshake: passed.map(|passed| GateCondition { passed, reason: String::new(), message: String::new(), rank_map: map }),
-            unschedulable: None,
-            draining_since: None,
+            ..ObservedPod::running(Role::Decode, instance, 0, "")
         }
     }
 
