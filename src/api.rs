@@ -580,6 +580,13 @@ pub struct RolloutSpec {
     #[serde(default = "default_drain_seconds")]
     #[schemars(range(min = 0, max = 3600))]
     pub drain_seconds: i32,
+    /// Seconds a new instance must have served (pods Ready, handshake passed) before the rollout
+    /// counts it available and takes the next one out. The router's discovery adds a worker some
+    /// seconds after its pod turns Ready; without this wait a role of two could briefly have none
+    /// in the router's pool.
+    #[serde(default = "default_min_ready_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub min_ready_seconds: i32,
     /// How a spec change reaches the pods. `Auto`: in place, instance by instance, when the new
     /// revisions are KV-compatible with the running pods (the handshake core judges new decode
     /// with running prefill and running decode with new prefill), and as a new KV set beside the
@@ -599,6 +606,7 @@ impl Default for RolloutSpec {
             max_unavailable: 1,
             max_skew: 0,
             drain_seconds: default_drain_seconds(),
+            min_ready_seconds: default_min_ready_seconds(),
             strategy: RolloutStrategy::default(),
             prefill: RoleRollout::default(),
             decode: RoleRollout::default(),
@@ -608,6 +616,10 @@ impl Default for RolloutSpec {
 
 fn default_drain_seconds() -> i32 {
     30
+}
+
+fn default_min_ready_seconds() -> i32 {
+    10
 }
 
 /// `rollout.strategy`.

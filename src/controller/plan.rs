@@ -25,6 +25,8 @@ pub struct ObservedPod {
     pub deleting: bool,
     /// The pod's own Ready condition: containers and readiness gates.
     pub ready: bool,
+    /// Since when it has been Ready (the condition's last transition).
+    pub ready_since: Option<jiff::Timestamp>,
     /// The `pd.inference.dev/handshake` pod condition, when set.
     pub handshake: Option<GateCondition>,
     /// The scheduler's reason, while the pod cannot be scheduled.
@@ -64,6 +66,7 @@ impl ObservedPod {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
+            ready_since: condition("Ready").filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
             draining_since: pod.metadata.annotations.as_ref().and_then(|a| a.get(DRAINING_SINCE)).and_then(|t| t.parse().ok()),
             unschedulable: condition("PodScheduled")
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
@@ -96,6 +99,7 @@ impl ObservedPod {
             phase: "Running".into(),
             deleting: false,
             ready: true,
+            ready_since: None,
             handshake: None,
             unschedulable: None,
             draining_since: None,
@@ -148,8 +152,9 @@ pub struct Plan {
     pub creates: Vec<(Role, u32, Vec<Pod>)>,
     pub deletes: Vec<InstanceDelete>,
     pub drains: Vec<InstanceDrain>,
-    /// The soonest a draining instance may be deleted, when one is still draining.
-    pub drained_in: Option<std::time::Duration>,
+    /// When a later pass has something to do although nothing changes: a draining instance may
+    /// be deleted, or a new one has served for `minReadySeconds`.
+    pub requeue_in: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -159,12 +164,25 @@ struct RoleView {
     revision: String,
     /// Instances below this index keep their revision.
     partition: u32,
+    /// How long an instance must have served before the rollout counts it available.
+    min_ready: jiff::SignedDuration,
+    now: jiff::Timestamp,
 }
 
 impl RoleView {
-    fn instance_ready(&self, i: u32) -> bool {
+    fn instance_serving(&self, i: u32) -> bool {
         let (want, have) = (self.desired.get(&i).map_or(0, Vec::len), self.observed.get(&i));
         have.is_some_and(|pods| pods.len() == want && pods.iter().all(|p| p.serving() && !p.deleting && !p.failed()))
+    }
+    /// How long instance `i`, serving, still has to before it counts as available (zero: it does).
+    fn available_in(&self, i: u32) -> Option<jiff::SignedDuration> {
+        let pods = self.observed.get(&i).filter(|_| self.instance_serving(i))?;
+        let since = pods.iter().filter_map(|p| p.ready_since).max();
+        Some(since.map_or(jiff::SignedDuration::ZERO, |t| (self.min_ready - self.now.duration_since(t)).max(jiff::SignedDuration::ZERO)))
+    }
+    /// Serving, and for `min_ready`: the rollout may count on it.
+    fn instance_ready(&self, i: u32) -> bool {
+        self.available_in(i).is_some_and(|left| left.is_zero())
     }
     fn instance_updated(&self, i: u32) -> bool {
         self.observed.get(&i).is_some_and(|pods| !pods.is_empty() && pods.iter().all(|p| p.revision == self.revision))
@@ -184,8 +202,9 @@ impl RoleView {
     }
 }
 
-fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec) -> RoleView {
-    let mut v = RoleView { partition: rollout.partition(role), ..RoleView::default() };
+fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timestamp) -> RoleView {
+    let min_ready = jiff::SignedDuration::from_secs(i64::from(rollout.min_ready_seconds.max(0)));
+    let mut v = RoleView { partition: rollout.partition(role), min_ready, now, ..RoleView::default() };
     for instance in desired.iter().filter(|i| i.role == role) {
         v.revision.clone_from(&instance.revision);
         v.desired.insert(instance.index, instance.pods.clone());
@@ -199,8 +218,8 @@ fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout:
 /// Plans one reconcile at `now`; `rollout` bounds how a spec change rolls through each role and
 /// how long a leaving instance drains.
 pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timestamp) -> Plan {
-    let prefill = view(Role::Prefill, desired, observed, rollout);
-    let decode = view(Role::Decode, desired, observed, rollout);
+    let prefill = view(Role::Prefill, desired, observed, rollout, now);
+    let decode = view(Role::Decode, desired, observed, rollout, now);
     let max_skew = f64::from(rollout.max_skew.clamp(0, 100)) / 100.0;
     let drain = Drain { period: jiff::SignedDuration::from_secs(i64::from(rollout.drain_seconds.max(0))), now };
     let mut out = Plan::default();
@@ -216,7 +235,7 @@ pub fn retire(observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timest
     let drain = Drain { period: jiff::SignedDuration::from_secs(i64::from(rollout.drain_seconds.max(0))), now };
     let mut out = Plan::default();
     for role in [Role::Prefill, Role::Decode] {
-        let v = view(role, &[], observed, rollout);
+        let v = view(role, &[], observed, rollout, now);
         let mut step = RolePlan { role, v: &v, other: &v, max_skew: 0.0, drain, out: &mut out };
         for (i, pods) in &v.observed {
             step.retire(*i, pods, DeleteReason::Rollout, format!("{} instance {i} {why}", role.as_str()));
@@ -231,7 +250,7 @@ impl Plan {
         self.creates.extend(other.creates);
         self.deletes.extend(other.deletes);
         self.drains.extend(other.drains);
-        self.drained_in = match (self.drained_in, other.drained_in) {
+        self.requeue_in = match (self.requeue_in, other.requeue_in) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -292,11 +311,16 @@ impl RolePlan<'_> {
         let since = live.iter().filter_map(|p| p.draining_since).max().unwrap_or(self.drain.now);
         let left = self.drain.period - self.drain.now.duration_since(since);
         if left.is_positive() {
-            let left = std::time::Duration::try_from(left).unwrap_or_default();
-            self.out.drained_in = Some(self.out.drained_in.map_or(left, |d| d.min(left)));
+            self.wake_in(left);
         } else {
             self.delete(i, live.iter().map(|p| p.name.clone()).collect(), reason, why);
         }
+    }
+
+    /// Asks for a pass in `left` at the latest.
+    fn wake_in(&mut self, left: jiff::SignedDuration) {
+        let left = std::time::Duration::try_from(left).unwrap_or_default();
+        self.out.requeue_in = Some(self.out.requeue_in.map_or(left, |d| d.min(left)));
     }
 
     /// Creates missing instances and recreates broken ones; returns how many instances are down
@@ -310,7 +334,14 @@ impl RolePlan<'_> {
                 unavailable += 1;
                 continue;
             }
-            unavailable += u32::from(!v.instance_ready(*i));
+            match v.available_in(*i) {
+                Some(left) if left.is_zero() => {}
+                Some(left) => {
+                    self.wake_in(left);
+                    unavailable += 1;
+                }
+                None => unavailable += 1,
+            }
             if *i >= v.partition && !v.instance_updated(*i) {
                 outdated.push(*i);
             }
@@ -573,7 +604,7 @@ mod tests {
         observed[2].draining_since = Some(now() - jiff::SignedDuration::from_secs(10));
         let p = plan(&desired, &observed, &rollout, now());
         assert!(p.deletes.is_empty() && p.drains.is_empty());
-        assert_eq!(p.drained_in, Some(std::time::Duration::from_secs(20)));
+        assert_eq!(p.requeue_in, Some(std::time::Duration::from_secs(20)));
         // 30 s: deleted.
         observed[2].draining_since = Some(now() - jiff::SignedDuration::from_secs(30));
         let p = plan(&desired, &observed, &rollout, now());
@@ -593,5 +624,19 @@ mod tests {
         assert!(!observed[0].serving(), "a draining pod is out of the pool");
         let p = plan(&desired, &observed, &rollout, now());
         assert!(p.drains.is_empty(), "the budget of 1 is taken by the draining instance: {:?}", p.drains);
+    }
+
+    #[test]
+    fn a_new_instance_counts_as_available_only_after_min_ready_seconds() {
+        let (mut desired, mut observed) = steady(2, 0, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        observed[0] =
+            ObservedPod { revision: "r2".into(), ready_since: Some(now() - jiff::SignedDuration::from_secs(4)), ..observed[0].clone() };
+        let rollout = RolloutSpec { min_ready_seconds: 10, ..unavailable(1) };
+        let p = plan(&desired, &observed, &rollout, now());
+        assert!(p.deletes.is_empty() && p.drains.is_empty(), "instance 0 has served 4 s of 10: {p:?}");
+        assert_eq!(p.requeue_in, Some(std::time::Duration::from_secs(6)));
+        let later = plan(&desired, &observed, &rollout, now() + jiff::SignedDuration::from_secs(6));
+        assert_eq!(deletes(&later), vec![(Role::Prefill, 1, DeleteReason::Rollout)]);
     }
 }

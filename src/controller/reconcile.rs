@@ -253,7 +253,7 @@ impl<'a> Pass<'a> {
         for d in &plan.drains {
             self.drain(d).await?;
         }
-        if let Some(left) = plan.drained_in {
+        if let Some(left) = plan.requeue_in {
             outcome.requeue = outcome.requeue.min(left + Duration::from_millis(200));
         }
         for d in &plan.deletes {
