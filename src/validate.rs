@@ -71,6 +71,11 @@ pub mod texts {
     pub const SHARDING_PREFILL_ONLY: &str = "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe of every cached page, which is incompatible with local decode.";
     pub const STAGING_NOT_MLA: &str =
         "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
+    pub const DSV4_MEGA: &str = "--dsv4-attn-backend flashmla_mega requires DeepSeek-V4.1 on SM100/SM103.";
+    pub const DSV4_TRTLLM_SM100: &str = "--dsv4-attn-backend trtllm requires an SM100/SM103 (Blackwell) GPU.";
+    pub const DSV4_TRTLLM_CP: &str =
+        "--dsv4-attn-backend trtllm does not support context parallelism (prefill CP, attention CP, or decode CP).";
+    pub const DSV4_TRTLLM_PD: &str = "--dsv4-attn-backend trtllm does not support PD disaggregation yet (untested; see https://github.com/sgl-project/sglang/issues/37838).";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -449,6 +454,36 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
 
 /// The first start-up refusal that depends on the GPU, for one accelerator.
+/// DeepSeek-V4's start-up hook on an explicit `--dsv4-attn-backend` (`apply_deepseek_v4_defaults`):
+/// FlashMLA-Mega needs DeepSeek-V4.1 on SM100; trtllm needs SM100, an fp8_e4m3 KV cache, no
+/// context parallelism, and does not run under PD at all.
+fn dsv4_backend_refusal(
+    rs: &RoleSpec,
+    spec: &PDDeploymentSpec,
+    facts: &ModelFacts,
+    acc: Accelerator,
+) -> Option<(String, &'static str, &'static str)> {
+    if !facts.traits.deepseek_v4 {
+        return None;
+    }
+    let field = "template.extraArgs";
+    let fix = "leave --dsv4-attn-backend unset (auto) or flashmla";
+    let v41 = facts.model_type.as_deref().is_some_and(|t| t.starts_with("deepseek_v41"));
+    let p = &rs.parallelism;
+    match extra_value(&rs.template.extra_args, "dsv4_attn_backend").as_deref() {
+        Some("flashmla_mega") if !(v41 && acc.is_blackwell()) => Some((texts::DSV4_MEGA.into(), field, fix)),
+        Some("trtllm") if !acc.is_blackwell() => Some((texts::DSV4_TRTLLM_SM100.into(), field, fix)),
+        Some("trtllm") if !matches!(spec.kv_transfer.kv_cache_dtype, KvCacheDtype::Auto | KvCacheDtype::Fp8E4m3) => Some((
+            format!("--dsv4-attn-backend trtllm requires kv_cache_dtype=fp8_e4m3, got {}.", spec.kv_transfer.kv_cache_dtype),
+            "spec.kvTransfer.kvCacheDtype",
+            fix,
+        )),
+        Some("trtllm") if p.attn_cp > 1 || p.dcp > 1 => Some((texts::DSV4_TRTLLM_CP.into(), field, fix)),
+        Some("trtllm") => Some((texts::DSV4_TRTLLM_PD.into(), field, fix)),
+        _ => None,
+    }
+}
+
 fn accelerator_refusal(
     rs: &RoleSpec,
     spec: &PDDeploymentSpec,
@@ -463,6 +498,9 @@ fn accelerator_refusal(
             "spec.kvTransfer.kvCacheDtype",
             "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
         ));
+    }
+    if let Some(refusal) = dsv4_backend_refusal(rs, spec, facts, acc) {
+        return Some(refusal);
     }
     let (attention, prefill, decode) = (
         extra_value(args, "attention_backend"),
@@ -733,21 +771,26 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
     }
 }
 
-/// The handshake core's verdict on the rendered decode topology and prefill info. DSpark's
-/// layout describes the pools (item lengths, layer ids), which only the engines know; with its
-/// flags paired, both roles report the same one, so admission stands in an equal marker.
-fn rendered_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> (Vec<HandshakeFailure>, Vec<String>) {
-    let mut decode = crate::resolve::decode_topology_for(spec, facts, pool);
-    let mut prefill = crate::resolve::prefill_info(spec, facts);
-    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
-        || [&spec.prefill, &spec.decode]
-            .iter()
-            .any(|r| extra_value(&r.template.extra_args, "speculative_algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
-    if dspark {
-        let marker = serde_json::Map::from_iter([("dspark".to_owned(), serde_json::Value::Bool(true))]);
-        prefill.dsv41_spec_layout = serde_json::Value::Object(marker.clone());
-        decode.dsv41_spec_layout = Some(marker);
+/// A DeepSeek-V4 KV layout the pool cannot be built with (`select_dsv4_kv_layout`,
+/// `resolve_compressed_kv_layout`): SGLang's assertion fails after the weights load.
+fn check_dsv4_pool(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    for role in [Role::Prefill, Role::Decode] {
+        if let Err(text) = crate::resolve::dsv4_kv_layout(spec, facts, role) {
+            out.push(Finding::error(
+                "v4-kv-layout",
+                role.field("template.env"),
+                text,
+                "leave SGLANG_DSV4_KV_LAYOUT and SGLANG_DSV4_COMPRESSED_KV_LAYOUT unset (v4), or run the V4.1 layouts on a B200",
+            ));
+        }
     }
+}
+
+/// The handshake core's verdict on the rendered decode topology and prefill info (a DSpark
+/// layout, which only the engines know, stands in on each role that runs DSpark).
+fn rendered_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> (Vec<HandshakeFailure>, Vec<String>) {
+    let decode = crate::resolve::decode_topology_for(spec, facts, pool);
+    let prefill = crate::resolve::prefill_info(spec, facts);
     crate::handshake::core::all_failures(&decode, &prefill)
 }
 
@@ -826,6 +869,7 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
 
 /// Rules SGLang does not enforce but whose violation breaks serving (spec §7a item 12).
 fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    check_dsv4_pool(spec, facts, out);
     let (p, d) = (spec.prefill.parallelism.attn_tp(), spec.decode.parallelism.attn_tp());
     if p > 0 && d > 0 && p.max(d) % p.min(d) != 0 {
         out.push(Finding::error(
