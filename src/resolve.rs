@@ -332,13 +332,13 @@ fn kv_layout(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<
 }
 
 /// The DeepSeek-V4.1 DSpark speculative layout is reported (`get_dsv41_spec_layout`) when the
-/// role runs `--speculative-algorithm DSPARK` and the model has ratio-2 layers (assumed for the
-/// DSpark architecture when config.json is not known).
+/// role runs `--speculative-algorithm DSPARK` and the model has ratio-2 layers (assumed for a
+/// DeepSeek-V4-family model when config.json is not known).
 pub fn dspark(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> bool {
     let algo = extra_value(&spec.role(role).template.extra_args, "speculative_algorithm");
     let ratio_two = match &facts.compress_ratios {
         Some(r) => r.contains(&2),
-        None => facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark"),
+        None => facts.traits.deepseek_v4,
     };
     ratio_two && algo.is_some_and(|a| a.eq_ignore_ascii_case("DSPARK"))
 }

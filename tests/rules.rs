@@ -252,6 +252,10 @@ fn minimax_sparse_needs_equal_attention_tp() {
 fn dspark_needs_equal_tp_unless_cp_fan_in() {
     let mut good = base("x");
     good.model.architecture = Some("DeepseekV4ForCausalLMDSpark".into());
+    // The layout (and check #6) comes with the algorithm, on both roles (paired flags).
+    for role in [&mut good.prefill, &mut good.decode] {
+        role.template.extra_args = ["--speculative-algorithm", "DSPARK"].map(String::from).to_vec();
+    }
     good.prefill.parallelism.tp = 4;
     good.prefill.parallelism.attn_cp = 2;
     good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
