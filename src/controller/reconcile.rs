@@ -47,7 +47,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = plan::plan(&rendered.instances, &pass.observed, &pdd.spec.rollout, jiff::Timestamp::now());
         let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome).await
+        pass.report(router_ready, outcome, rendered.page_size).await
     }
     .instrument(span)
     .await;
@@ -127,6 +127,7 @@ impl<'a> Pass<'a> {
             revisions,
             router_ready: None,
             degraded: None,
+            page_size: None,
             now: self.now.clone(),
         }
     }
@@ -301,11 +302,15 @@ impl<'a> Pass<'a> {
     }
 
     /// Computes the status; writes it now, or later when it is only progress (coalesced).
-    async fn report(self, router_ready: Option<i32>, outcome: Outcome) -> Result<Action, Error> {
+    async fn report(self, router_ready: Option<i32>, outcome: Outcome, page_size: u32) -> Result<Action, Error> {
         let (ctx, spec) = (self.ctx, &self.pdd.spec);
         let revisions = (render::role_revision(spec, Role::Prefill, &ctx.render), render::role_revision(spec, Role::Decode, &ctx.render));
-        let inputs =
-            status::StatusInputs { router_ready, degraded: outcome.degraded, ..self.status_inputs(Ok(()), (&revisions.0, &revisions.1)) };
+        let inputs = status::StatusInputs {
+            router_ready,
+            degraded: outcome.degraded,
+            page_size: Some(page_size),
+            ..self.status_inputs(Ok(()), (&revisions.0, &revisions.1))
+        };
         let next = status::compute(&inputs);
         if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {
             return Ok(Action::requeue(outcome.requeue.min(wait + Duration::from_millis(50))));

@@ -34,6 +34,8 @@ pub struct StatusInputs<'a> {
     pub router_ready: Option<i32>,
     /// Why an instance is being recreated right now, if one is.
     pub degraded: Option<String>,
+    /// The page size both roles run with (`Rendered::page_size`), once rendered.
+    pub page_size: Option<u32>,
     pub now: Time,
 }
 
@@ -260,6 +262,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         decode: role_status(&d),
         endpoints: valid.then(|| endpoints(pdd)),
         rank_map: rank_map(inputs),
+        page_size: inputs.page_size.filter(|_| valid),
     }
 }
 
@@ -401,6 +404,7 @@ mod tests {
             revisions: ("", ""),
             router_ready: None,
             degraded: None,
+            page_size: None,
             now: Time(jiff::Timestamp::UNIX_EPOCH),
         }
     }
@@ -455,5 +459,16 @@ mod tests {
         (prefill.role, prefill.ready, prefill.name) = (Role::Prefill, true, "x-prefill-0-0".into());
         let all = [decodes[0].clone(), decodes[1].clone(), prefill];
         assert_eq!(reason(&compute(&StatusInputs { previous: Some(&again), ..one_pod_instances(&pdd, &all) })), "AsExpected");
+    }
+
+    #[test]
+    fn the_page_size_both_roles_run_with_is_shown_once_the_spec_is_valid() {
+        let pdd = pdd();
+        let status = compute(&StatusInputs { page_size: Some(64), ..one_pod_instances(&pdd, &[]) });
+        assert_eq!(status.page_size, Some(64));
+        assert_eq!(serde_json::to_value(&status).unwrap()["pageSize"], 64);
+        let invalid = compute(&StatusInputs { page_size: Some(64), validation: Err("bad".into()), ..one_pod_instances(&pdd, &[]) });
+        assert_eq!(invalid.page_size, None);
+        assert!(serde_json::to_value(&invalid).unwrap().get("pageSize").is_none());
     }
 }
