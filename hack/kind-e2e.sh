@@ -6,6 +6,7 @@
 # (hack/kind-node.sh, hack/image.sh, hack/gateway-image.sh); the cluster is deleted at the end, and a dockerd started here
 # is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
 #   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster running (kubeconfig path is printed)
+#   PD_KIND_TESTS=dsa hack/kind-e2e.sh # only the tests whose names contain "dsa" (cargo's filter)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -100,7 +101,7 @@ t=$(date +%s)
 set +e
 PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
   PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
-  cargo test --locked --test e2e_kind -- --ignored --test-threads 4 2>&1 | tee "$STATE/test.log" >&2
+  cargo test --locked --test e2e_kind -- --ignored --test-threads 4 ${PD_KIND_TESTS:+"$PD_KIND_TESTS"} 2>&1 | tee "$STATE/test.log" >&2
 rc=${PIPESTATUS[0]}
 set -e
 grep -q '^test result: ok' "$STATE/test.log" || rc=1
