@@ -76,6 +76,12 @@ pub mod texts {
     pub const DSV4_TRTLLM_CP: &str =
         "--dsv4-attn-backend trtllm does not support context parallelism (prefill CP, attention CP, or decode CP).";
     pub const DSV4_TRTLLM_PD: &str = "--dsv4-attn-backend trtllm does not support PD disaggregation yet (untested; see https://github.com/sgl-project/sglang/issues/37838).";
+    pub const PP_DSPARK_PREFILL: &str = "Pipeline parallel DSPARK requires disaggregation-mode=prefill";
+    pub const PP_SPEC_DSPARK: &str = "SGLANG_ENABLE_PP_SPEC does not support DSPARK PD prefill";
+    pub const PP_SPEC_EAGLE_ONLY: &str = "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding";
+    pub const PP_SPEC_PD: &str = "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode";
+    pub const PP_SPEC_PREFILL_ONLY: &str =
+        "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -218,9 +224,32 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     check_widths(role, rs, facts, out);
     check_model_overrides(role, rs, spec, facts, out);
     check_context_parallel(role, rs, spec, out);
+    check_pp_speculative(role, rs, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }
+}
+
+/// Pipeline parallelism with speculative decoding (`check_pipeline_parallel_compat`): only
+/// non-multi-layer EAGLE, and under PD only on the prefill (DSpark: prefill only too).
+fn check_pp_speculative(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
+    let args = &rs.template.extra_args;
+    // Resolution turns NEXTN into EAGLE before this check.
+    let Some(algo) = extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE")) else { return };
+    if rs.parallelism.pp <= 1 {
+        return;
+    }
+    let pp_spec = env_truthy(env_value(rs, "SGLANG_ENABLE_PP_SPEC").as_deref());
+    let text = match algo.as_str() {
+        "DSPARK" if role == Role::Decode => texts::PP_DSPARK_PREFILL,
+        "DSPARK" if pp_spec => texts::PP_SPEC_DSPARK,
+        "DSPARK" => return,
+        _ if algo != "EAGLE" || extra_value(args, "enable_multi_layer_eagle").is_some() => texts::PP_SPEC_EAGLE_ONLY,
+        _ if pp_spec => texts::PP_SPEC_PD,
+        _ if role == Role::Decode => texts::PP_SPEC_PREFILL_ONLY,
+        _ => return,
+    };
+    out.push(Finding::error("pp-speculative", role.field("parallelism.pp"), text, "keep pp: 1 on a role that runs speculative decoding"));
 }
 
 /// Parallel widths (`_validate_parallelism`, `initialize_model_parallel`) and the DeepSeek
@@ -236,11 +265,13 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Fin
         } else {
             format!(" (SGLang's DeepSeek context-parallel layout runs attention DP {} × CP {})", r.attn_dp, r.attn_cp)
         };
+        // `_handle_data_parallelism` asserts `tp_size % attn_dp_size == 0` without a message.
+        let bare = if p.tp.is_multiple_of(r.attn_dp) { "" } else { "; SGLang raises a bare AssertionError" };
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
             format!(
-                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}",
+                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}{bare}",
                 p.tp, p.attn_dp, p.attn_cp
             ),
             format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
@@ -367,7 +398,8 @@ fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, ou
                 "use either attnCp or dcp on one role, not both",
             ));
         }
-        if role == Role::Prefill && p.cp_strategy.is_none() {
+        // `--enable-prefill-cp` is rendered on either role with attnCp > 1; start-up asks both.
+        if p.cp_strategy.is_none() {
             out.push(Finding::error(
                 "cp-strategy-required",
                 role.field("parallelism.cpStrategy"),
@@ -899,13 +931,12 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
                 ));
             }
             if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                // SGLang 0.5.23 reads the variable only in its mooncake and nixl connectors; with
-                // another backend it starts and never stages.
-                out.push(Finding::warning(
+                // `handle_pd_disaggregation` refuses it at start-up (mooncake_tcp is mooncake by then).
+                out.push(Finding::error(
                     "staging-buffer-backend",
                     role.field("template.env"),
                     format!(
-                        "SGLANG_DISAGG_STAGING_BUFFER has no effect with the '{}' transfer backend: only mooncake and nixl stage KV",
+                        "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.",
                         spec.kv_transfer.backend
                     ),
                     "use backend mooncake or nixl, or drop SGLANG_DISAGG_STAGING_BUFFER",
