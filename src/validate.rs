@@ -82,6 +82,8 @@ pub mod texts {
     pub const PP_SPEC_PD: &str = "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode";
     pub const PP_SPEC_PREFILL_ONLY: &str =
         "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)";
+    /// What start-up raises for `--tp-size 0` (`initialize_model_parallel`'s `world_size // tp`).
+    pub const ZERO_TP: &str = " (SGLang fails with ZeroDivisionError: integer division or modulo by zero)";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -194,7 +196,7 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
             out.push(Finding::error(
                 "size-positive",
                 role.field(&format!("parallelism.{field}")),
-                format!("{field} must be at least 1, got 0"),
+                format!("{field} must be at least 1, got 0{}", if field == "tp" { texts::ZERO_TP } else { "" }),
                 format!("set {field}: 1 or more"),
             ));
         }

@@ -711,7 +711,8 @@ fn zero_sizes_are_reported_not_divided_by() {
     bad.decode.parallelism.tp = 0;
     bad.prefill.gpus_per_node = 0;
     let f = run(&bad);
-    assert!(has(&f, "size-positive", Severity::Error, "spec.decode.parallelism.tp", "tp must be at least 1"), "{f:#?}");
+    let text = "tp must be at least 1, got 0 (SGLang fails with ZeroDivisionError: integer division or modulo by zero)";
+    assert!(has(&f, "size-positive", Severity::Error, "spec.decode.parallelism.tp", text), "{f:#?}");
     assert!(has(&f, "size-positive", Severity::Error, "spec.prefill.gpusPerNode", "gpusPerNode must be at least 1"));
 }
 
