@@ -18,5 +18,5 @@ rm -rf "$work" && mkdir -p "$work/rules"
 # The rule tests write every spec they validate when PD_PARITY_DUMP names a directory.
 PD_PARITY_DUMP="$work/rules" cargo test --quiet --locked --test rules >/dev/null
 "$python" tests/parity/parity.py --operator "$target/debug/pd-operator" --python "$python" \
-  --examples examples/*.yaml --rules-dir "$work/rules" --generated "$generated" --seed "$seed" \
+  --examples examples/*.yaml --rules-dir "$work/rules" --layouts --generated "$generated" --seed "$seed" \
   --workdir "$work" --jobs "${PARITY_JOBS:-2}" ${PARITY_JSON:+--json "$PARITY_JSON"}

@@ -761,6 +761,11 @@ pub struct PDDeploymentStatus {
     /// Per decode instance: which prefill ranks each decode rank reads KV from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rank_map: Vec<DecodeRankMap>,
+    /// The KV page size both roles run with, as SGLang resolves it (e.g. 64 for DSA, 256 for
+    /// DeepSeek-V4): with `kvTransfer.pageSize` unset, the value the operator pins for both.
+    /// Set once the spec is valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_size: Option<u32>,
     /// Which KV set new pods go to and which the router pairs (see docs/rollouts.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_set: Option<KvSetStatus>,

@@ -230,6 +230,10 @@ pub struct ModelFacts {
     pub dsa: Option<bool>,
     /// The checkpoint quantizes its KV cache to FP8 (`kv_cache_quant_algo: FP8`).
     pub kv_fp8_checkpoint: bool,
+    /// config.json's `model_type` (DeepSeek-V4.1 is `deepseek_v41`), when known.
+    pub model_type: Option<String>,
+    /// DeepSeek-V4's distinct non-zero `compress_ratios`, ascending, when known from config.json.
+    pub compress_ratios: Option<Vec<u32>>,
 }
 
 impl ModelFacts {
@@ -281,6 +285,8 @@ pub struct HfConfig {
     pub is_hybrid_swa: bool,
     pub short_conv_kernel_size: bool,
     pub kv_fp8: bool,
+    /// DeepSeek-V4's per-layer `compress_ratios` (0 for an uncompressed layer).
+    pub compress_ratios: Option<Vec<u64>>,
 }
 
 impl HfConfig {
@@ -324,6 +330,7 @@ impl HfConfig {
             is_hybrid_swa: text.get("is_hybrid_swa").and_then(Value::as_bool).unwrap_or(false),
             short_conv_kernel_size: text.get("short_conv_kernel_size").is_some_and(|v| !v.is_null()),
             kv_fp8,
+            compress_ratios: text.get("compress_ratios").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).collect()),
         })
     }
 
@@ -372,6 +379,15 @@ impl HfConfig {
     }
 }
 
+/// The distinct compression ratios of a per-layer list, without 0 (an uncompressed layer),
+/// ascending: the ratios a DeepSeek-V4 pool keeps a compressed cache for.
+fn distinct_ratios(per_layer: &[u64]) -> Vec<u32> {
+    let mut out: Vec<u32> = per_layer.iter().filter(|r| **r != 0).filter_map(|r| u32::try_from(*r).ok()).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Resolves the model's facts: explicit `attention` wins, then config.json, then the
 /// architecture name, then the model id catalogue.
 pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
@@ -382,6 +398,8 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
         traits: PLAIN,
         dsa: None,
         kv_fp8_checkpoint: false,
+        model_type: None,
+        compress_ratios: None,
     };
     if let Some(cfg) = config {
         let (arch, kind, traits) = cfg.classify();
@@ -391,6 +409,8 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
         facts.traits = traits;
         facts.dsa = Some(traits.dsa_capable && cfg.index_topk);
         facts.kv_fp8_checkpoint = cfg.kv_fp8;
+        facts.model_type.clone_from(&cfg.model_type);
+        facts.compress_ratios = cfg.compress_ratios.as_ref().map(|r| distinct_ratios(r));
     } else {
         let (arch, source) = match model.architecture.as_deref() {
             Some(a) => (Some(a.to_owned()), Some(KindSource::Architecture(a.to_owned()))),

@@ -33,6 +33,8 @@ pub struct Case {
     /// The page size and KV dtype the operator expects the prefill to report.
     pub prefill_page_size: Option<i64>,
     pub prefill_kv_cache_dtype: Option<String>,
+    /// The DeepSeek-V4 KV layout the operator expects the prefill to report.
+    pub prefill_kv_layout: Option<String>,
     /// The prefill's and the decode's accelerator, where named.
     pub accelerators: [Option<crate::api::Accelerator>; 2],
 }
@@ -72,6 +74,7 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
         decode_topology,
         prefill_page_size: prefill.page_size,
         prefill_kv_cache_dtype: prefill.kv_cache_dtype,
+        prefill_kv_layout: prefill.kv_layout.as_str().map(str::to_owned),
         accelerators: [spec.prefill.accelerator, spec.decode.accelerator],
     }
 }

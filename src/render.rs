@@ -105,6 +105,10 @@ pub struct Rendered {
     pub network_policies: Vec<NetworkPolicy>,
     /// One gang per multi-node instance (`spec.placement.gang`).
     pub pod_groups: Vec<PodGroup>,
+    /// The page size both roles run with, as SGLang resolves it from the `--page-size` the
+    /// operator passes (the spec's, or the one it pins when `kvTransfer.pageSize` is unset).
+    #[serde(skip)]
+    pub page_size: u32,
 }
 
 /// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
@@ -923,8 +927,10 @@ pub fn render_sets(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions,
     // Engines and the sidecar get the page size the operator passes to both roles (the spec's,
     // or the one both resolve when it is unset); the revision stays the spec's.
     let pinned = crate::resolve::with_page_size(spec, facts);
-    let decode_json = serde_json::to_string_pretty(&crate::resolve::decode_topology(&pinned, facts))
-        .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
+    let decode = crate::resolve::decode_topology(&pinned, facts);
+    out.page_size = u32::try_from(decode.page_size).unwrap_or_default();
+    let decode_json =
+        serde_json::to_string_pretty(&decode).map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
     let mut labels = common_labels(name, "decode");
     labels.insert(LABEL_KV_SET.into(), set.to_string());
     out.config_maps.push(ConfigMap {

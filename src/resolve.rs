@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::api::{Accelerator, AttentionKind, CpStrategy, DEFAULT_HTTP_PORT, KvCacheDtype, PDDeploymentSpec, Parallelism, Role};
-use crate::handshake::core::{DecodeTopology, PoolKind, PrefillInfo};
+use crate::handshake::core::{DecodeTopology, PoolKind, PrefillInfo, dspark_layout_stand_in};
 use crate::model::ModelFacts;
 use crate::sglang_args::extra_value;
 
@@ -234,9 +234,113 @@ pub fn kv_cache_dtype(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -
     }
 }
 
-/// DeepSeek-V4's pool reports its KV byte layout (`pd_kv_layout`); other pools report none.
-fn kv_layout(facts: &ModelFacts) -> Option<String> {
-    facts.traits.deepseek_v4.then(|| "v4".to_owned())
+/// The compression ratios assumed for a DeepSeek-V4 model without config.json: those of the
+/// released checkpoints (c4 and c128 layers). A model with others needs `model.configMapRef`.
+pub const V4_ASSUMED_RATIOS: [u32; 2] = [4, 128];
+
+/// The literal value of `name` in a role's engine environment.
+fn role_env(spec: &PDDeploymentSpec, role: Role, name: &str) -> Option<String> {
+    spec.role(role).template.env.iter().rev().find(|e| e.name == name).and_then(|e| e.value.clone())
+}
+
+/// `--dsv4-attn-backend` as DeepSeek-V4's start-up hook resolves `auto` under PD
+/// (`_default_dsv4_attention_backend`): FlashMLA-Mega for DeepSeek-V4.1 (`model_type`
+/// `deepseek_v41`) on SM100 with an fp8_e4m3 KV cache, unless `SGLANG_DSV4_KV_LAYOUT` is set to
+/// something other than auto / v41 / v41_new; FlashMLA otherwise.
+pub fn dsv4_attn_backend(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
+    let asked = extra_value(&spec.role(role).template.extra_args, "dsv4_attn_backend");
+    if let Some(b) = asked.filter(|b| b != "auto") {
+        return b;
+    }
+    let v41 = facts.model_type.as_deref().is_some_and(|t| t.starts_with("deepseek_v41"));
+    let blackwell = spec.role(role).accelerator.is_some_and(Accelerator::is_blackwell);
+    let layout_ok =
+        role_env(spec, role, "SGLANG_DSV4_KV_LAYOUT").is_none_or(|l| matches!(l.to_lowercase().as_str(), "auto" | "v41" | "v41_new"));
+    let mega = v41 && blackwell && kv_cache_dtype(spec, facts, role) == "fp8_e4m3" && layout_ok;
+    if mega { "flashmla_mega" } else { "flashmla" }.to_owned()
+}
+
+/// The main-cache layout and the compressed-cache option a DeepSeek-V4 pool is built with
+/// (`select_dsv4_kv_layout`), or SGLang's assertion text when the pool cannot be built.
+fn dsv4_main_layout(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Result<(&'static str, Option<String>), String> {
+    let env = |name: &str, default: &str| role_env(spec, role, name).unwrap_or_else(|| default.to_owned()).to_lowercase();
+    let (mut mode, option) = (env("SGLANG_DSV4_KV_LAYOUT", "v4"), env("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", "auto"));
+    let backend = dsv4_attn_backend(spec, facts, role);
+    if backend == "flashmla_mega" && mode != "v41_new" {
+        mode = "v41".into();
+    }
+    if backend == "trtllm" {
+        if !matches!(mode.as_str(), "auto" | "v4") || !matches!(option.as_str(), "auto" | "fp8") {
+            return Err("trtllm uses uniform FP8 pools, not the packed V4.1 KV layouts".into());
+        }
+        return Ok(("uniform_fp8", None));
+    }
+    let option = (option != "auto").then_some(option);
+    let sm100 = spec.role(role).accelerator.is_some_and(Accelerator::is_blackwell);
+    match mode.as_str() {
+        "v4" => Ok(("v4", option)),
+        "auto" if !sm100 => Ok(("v4", None)),
+        "v41" | "v41_new" | "auto" if !sm100 => Err("the V4.1 KV cache layouts need an SM100 / SM103 GPU".into()),
+        "v41_new" => Ok(("v41_new", option)),
+        "v41" | "auto" => Ok(("v41", option)),
+        other => Err(format!("unknown SGLANG_DSV4_KV_LAYOUT='{other}'")),
+    }
+}
+
+/// One compression ratio's cache layout next to the main one (`resolve_compressed_kv_layout`):
+/// V4 pairs only with V4; V4.1 keeps ratios 1 and 2 in fp4 (or all with the `fp4` option).
+fn dsv4_compressed_layout(main: &str, ratio: u32, option: Option<&str>) -> Result<&'static str, String> {
+    if let Some(o) = option.filter(|o| !matches!(*o, "fp8" | "fp4")) {
+        return Err(format!("unknown compressed KV layout '{o}'"));
+    }
+    if main == "v4" {
+        return if option == Some("fp4") { Err("the V4 main cache only pairs with V4 caches".into()) } else { Ok("v4") };
+    }
+    let fp4 = option == Some("fp4") || (option.is_none() && matches!(ratio, 1 | 2));
+    Ok(match (fp4, main == "v41_new") {
+        (true, true) => "v41_fp4_new",
+        (true, false) => "v41_fp4",
+        (false, true) => "v41_new",
+        (false, false) => "v41",
+    })
+}
+
+/// The KV layout a role's DeepSeek-V4 pool reports in the handshake (`pd_kv_layout`): the
+/// main layout, then `c<ratio>:<layout>` per distinct non-zero compression ratio, ascending;
+/// `uniform_fp8` alone for the trtllm backend. `Ok(None)` for every other model; `Err` with
+/// SGLang's assertion text when the pool cannot be built (after the weights load).
+pub fn dsv4_kv_layout(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Result<Option<String>, String> {
+    if !facts.traits.deepseek_v4 {
+        return Ok(None);
+    }
+    let (main, option) = dsv4_main_layout(spec, facts, role)?;
+    if main == "uniform_fp8" {
+        return Ok(Some(main.to_owned()));
+    }
+    let ratios = facts.compress_ratios.clone().unwrap_or_else(|| V4_ASSUMED_RATIOS.to_vec());
+    let mut parts = vec![main.to_owned()];
+    for r in ratios {
+        parts.push(format!("c{r}:{}", dsv4_compressed_layout(main, r, option.as_deref())?));
+    }
+    Ok(Some(parts.join(",")))
+}
+
+/// What a role reports as `kv_layout`; a pool that cannot be built reports none (admission
+/// refuses that spec with `dsv4_kv_layout`'s error).
+fn kv_layout(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<String> {
+    dsv4_kv_layout(spec, facts, role).ok().flatten()
+}
+
+/// The DeepSeek-V4.1 DSpark speculative layout is reported (`get_dsv41_spec_layout`) when the
+/// role runs `--speculative-algorithm DSPARK` and the model has ratio-2 layers (assumed for a
+/// DeepSeek-V4-family model when config.json is not known).
+pub fn dspark(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> bool {
+    let algo = extra_value(&spec.role(role).template.extra_args, "speculative_algorithm");
+    let ratio_two = match &facts.compress_ratios {
+        Some(r) => r.contains(&2),
+        None => facts.traits.deepseek_v4,
+    };
+    ratio_two && algo.is_some_and(|a| a.eq_ignore_ascii_case("DSPARK"))
 }
 
 /// What the decode's handshake compares (issue #6's decode JSON, `decode.json` of the sidecar),
@@ -263,8 +367,9 @@ pub fn decode_topology_for(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: Po
         kv_cache_dtype: kv_cache_dtype(spec, facts, Role::Decode),
         kv_pool: pool,
         all_cp_ranks_transfer: kv.all_cp_ranks_transfer,
-        kv_layout: kv_layout(facts),
+        kv_layout: kv_layout(spec, facts, Role::Decode),
         dsv41_spec_layout: None,
+        dspark: dspark(spec, facts, Role::Decode),
         state_types,
         decode_allocation_policy: kv.decode_allocation_policy.to_string(),
     }
@@ -290,8 +395,8 @@ pub fn prefill_info(spec: &PDDeploymentSpec, facts: &ModelFacts) -> PrefillInfo 
         kv_cache_dtype: Some(kv_cache_dtype(spec, facts, Role::Prefill)),
         follow_bootstrap_room: true,
         enable_dsa_cache_layer_split: rs.enable_dsa_cache_layer_split,
-        dsv41_spec_layout: Value::Null,
-        kv_layout: kv_layout(facts).map_or(Value::Null, Value::from),
+        dsv41_spec_layout: if dspark(spec, facts, Role::Prefill) { dspark_layout_stand_in() } else { Value::Null },
+        kv_layout: kv_layout(spec, facts, Role::Prefill).map_or(Value::Null, Value::from),
         decode_allocation_policy: Value::from(spec.kv_transfer.decode_allocation_policy.to_string()),
         enable_kv_cache_sharding: Value::Bool(rs.enable_kv_cache_sharding),
         prefill_http_port: Some(DEFAULT_HTTP_PORT.into()),
@@ -373,5 +478,84 @@ mod tests {
         let mut v4 = spec("x", None);
         v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
         assert_eq!(resolved(&v4), Ok(256));
+    }
+
+    fn v4_spec(model_type: &str, ratios: &str, acc: Accelerator, env: &[(&str, &str)], extra: &[&str]) -> (PDDeploymentSpec, ModelFacts) {
+        let cfg = format!(r#"{{"architectures":["DeepseekV4ForCausalLM"],"model_type":"{model_type}","compress_ratios":{ratios}}}"#);
+        let env: Vec<_> = env.iter().map(|(n, v)| serde_json::json!({"name": n, "value": v})).collect();
+        let role = serde_json::json!({"parallelism": {"tp": 8}, "accelerator": acc.as_str(), "template": {"env": env, "extraArgs": extra}});
+        let spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"path": "/m"}, "kvTransfer": {"pageSize": 256}, "prefill": role, "decode": role,
+        }))
+        .unwrap();
+        let facts = crate::model::resolve(&spec.model, Some(&crate::model::HfConfig::parse(&cfg).unwrap()));
+        (spec, facts)
+    }
+
+    #[test]
+    fn deepseek_v4_reports_its_main_and_compressed_layouts() {
+        let layout = |mt: &str, acc, env: &[(&str, &str)], extra: &[&str]| {
+            let (s, f) = v4_spec(mt, "[0, 4, 128, 0, 2, 4]", acc, env, extra);
+            dsv4_kv_layout(&s, &f, Role::Decode)
+        };
+        let ok = |v: &str| Ok(Some(v.to_owned()));
+        // The defaults: the V4 layout everywhere, one entry per distinct non-zero ratio, ascending.
+        assert_eq!(layout("deepseek_v4", Accelerator::B200, &[], &[]), ok("v4,c2:v4,c4:v4,c128:v4"));
+        // DeepSeek-V4.1 on SM100 resolves FlashMLA-Mega, whose V4.1 layout keeps ratios 1 and 2 in fp4.
+        assert_eq!(layout("deepseek_v41", Accelerator::B200, &[], &[]), ok("v41,c2:v41_fp4,c4:v41,c128:v41"));
+        assert_eq!(layout("deepseek_v41", Accelerator::H200, &[], &[]), ok("v4,c2:v4,c4:v4,c128:v4"));
+        let new_fp4 = [("SGLANG_DSV4_KV_LAYOUT", "v41_new"), ("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", "fp4")];
+        assert_eq!(layout("deepseek_v4", Accelerator::B200, &new_fp4, &[]), ok("v41_new,c2:v41_fp4_new,c4:v41_fp4_new,c128:v41_fp4_new"));
+        // A set SGLANG_DSV4_KV_LAYOUT=v4 keeps V4.1 on FlashMLA and the V4 layout.
+        assert_eq!(layout("deepseek_v41", Accelerator::B200, &[("SGLANG_DSV4_KV_LAYOUT", "v4")], &[]), ok("v4,c2:v4,c4:v4,c128:v4"));
+        // SGLang's pool refuses these after the weights load.
+        let need_sm100 = Err("the V4.1 KV cache layouts need an SM100 / SM103 GPU".to_owned());
+        assert_eq!(layout("deepseek_v4", Accelerator::H100, &[("SGLANG_DSV4_KV_LAYOUT", "v41")], &[]), need_sm100);
+        let fp4_on_v4 = layout("deepseek_v4", Accelerator::H100, &[("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", "fp4")], &[]);
+        assert_eq!(fp4_on_v4, Err("the V4 main cache only pairs with V4 caches".to_owned()));
+        assert_eq!(layout("deepseek_v4", Accelerator::B200, &[], &["--dsv4-attn-backend", "trtllm"]), ok("uniform_fp8"));
+        // Other models report none.
+        assert_eq!(
+            dsv4_kv_layout(&v4_spec("x", "[]", Accelerator::H200, &[], &[]).0, &facts("DeepseekV3ForCausalLM"), Role::Decode),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn the_rendered_v4_pair_agrees_and_differs_where_sglang_would() {
+        let (spec, f) = v4_spec("deepseek_v41", "[0, 4, 128]", Accelerator::B200, &[], &[]);
+        assert!(crate::handshake::core::handshake(&decode_topology(&spec, &f), &prefill_info(&spec, &f)).is_ok());
+        // A Hopper prefill keeps V4 while the B200 decode resolves V4.1: check #4.
+        let mut mixed = spec.clone();
+        mixed.prefill.accelerator = Some(Accelerator::H200);
+        let err = crate::handshake::core::handshake(&decode_topology(&mixed, &f), &prefill_info(&mixed, &f)).unwrap_err();
+        assert!(
+            err.error.starts_with(
+                "KV layout mismatch: prefill server has kv_layout=v4,c4:v4,c128:v4, but decode server has kv_layout=v41,c4:v41,c128:v41."
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_dspark_decode_takes_the_prefills_layout_and_still_checks_tp() {
+        let dspark = ["--speculative-algorithm", "DSPARK"];
+        let (mut spec, f) = v4_spec("deepseek_v41", "[0, 2, 4, 128]", Accelerator::B200, &[], &dspark);
+        let hs = |s: &PDDeploymentSpec| crate::handshake::core::handshake(&decode_topology(s, &f), &prefill_info(s, &f));
+        assert!(decode_topology(&spec, &f).dspark);
+        assert!(hs(&spec).is_ok());
+        // The engine's own layout, whatever it is, is compared by the engine: any prefill layout passes #5.
+        let mut d = decode_topology(&spec, &f);
+        d.dsv41_spec_layout = None;
+        let mut p = prefill_info(&spec, &f);
+        p.dsv41_spec_layout = serde_json::json!({"num_draft_tokens": 4, "kv_layer_ids": [0, 1]});
+        assert!(crate::handshake::core::handshake(&d, &p).is_ok());
+        // A prefill without DSpark: every key of the decode's layout differs, as in SGLang.
+        spec.prefill.template.extra_args.clear();
+        let err = hs(&spec).unwrap_err();
+        assert!(err.error.starts_with("DeepSeek-V4.1 DSpark PD layout mismatch (compression_ratios, kv_item_lens, kv_layer_ids, num_draft_tokens, state_item_lens, state_types)"), "{err:?}");
+        // Without ratio-2 layers the algorithm reports no layout (`get_dsv41_spec_layout`).
+        let (s, f) = v4_spec("deepseek_v41", "[0, 4, 128]", Accelerator::B200, &[], &dspark);
+        assert!(!decode_topology(&s, &f).dspark);
     }
 }

@@ -71,6 +71,19 @@ pub mod texts {
     pub const SHARDING_PREFILL_ONLY: &str = "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe of every cached page, which is incompatible with local decode.";
     pub const STAGING_NOT_MLA: &str =
         "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.";
+    pub const DSV4_MEGA: &str = "--dsv4-attn-backend flashmla_mega requires DeepSeek-V4.1 on SM100/SM103.";
+    pub const DSV4_TRTLLM_SM100: &str = "--dsv4-attn-backend trtllm requires an SM100/SM103 (Blackwell) GPU.";
+    pub const DSV4_TRTLLM_CP: &str =
+        "--dsv4-attn-backend trtllm does not support context parallelism (prefill CP, attention CP, or decode CP).";
+    pub const DSV4_TRTLLM_PD: &str = "--dsv4-attn-backend trtllm does not support PD disaggregation yet (untested; see https://github.com/sgl-project/sglang/issues/37838).";
+    pub const PP_DSPARK_PREFILL: &str = "Pipeline parallel DSPARK requires disaggregation-mode=prefill";
+    pub const PP_SPEC_DSPARK: &str = "SGLANG_ENABLE_PP_SPEC does not support DSPARK PD prefill";
+    pub const PP_SPEC_EAGLE_ONLY: &str = "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding";
+    pub const PP_SPEC_PD: &str = "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode";
+    pub const PP_SPEC_PREFILL_ONLY: &str =
+        "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)";
+    /// What start-up raises for `--tp-size 0` (`initialize_model_parallel`'s `world_size // tp`).
+    pub const ZERO_TP: &str = " (SGLang fails with ZeroDivisionError: integer division or modulo by zero)";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -183,7 +196,7 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
             out.push(Finding::error(
                 "size-positive",
                 role.field(&format!("parallelism.{field}")),
-                format!("{field} must be at least 1, got 0"),
+                format!("{field} must be at least 1, got 0{}", if field == "tp" { texts::ZERO_TP } else { "" }),
                 format!("set {field}: 1 or more"),
             ));
         }
@@ -213,9 +226,32 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     check_widths(role, rs, facts, out);
     check_model_overrides(role, rs, spec, facts, out);
     check_context_parallel(role, rs, spec, out);
+    check_pp_speculative(role, rs, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }
+}
+
+/// Pipeline parallelism with speculative decoding (`check_pipeline_parallel_compat`): only
+/// non-multi-layer EAGLE, and under PD only on the prefill (DSpark: prefill only too).
+fn check_pp_speculative(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
+    let args = &rs.template.extra_args;
+    // Resolution turns NEXTN into EAGLE before this check.
+    let Some(algo) = extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE")) else { return };
+    if rs.parallelism.pp <= 1 {
+        return;
+    }
+    let pp_spec = env_truthy(env_value(rs, "SGLANG_ENABLE_PP_SPEC").as_deref());
+    let text = match algo.as_str() {
+        "DSPARK" if role == Role::Decode => texts::PP_DSPARK_PREFILL,
+        "DSPARK" if pp_spec => texts::PP_SPEC_DSPARK,
+        "DSPARK" => return,
+        _ if algo != "EAGLE" || extra_value(args, "enable_multi_layer_eagle").is_some() => texts::PP_SPEC_EAGLE_ONLY,
+        _ if pp_spec => texts::PP_SPEC_PD,
+        _ if role == Role::Decode => texts::PP_SPEC_PREFILL_ONLY,
+        _ => return,
+    };
+    out.push(Finding::error("pp-speculative", role.field("parallelism.pp"), text, "keep pp: 1 on a role that runs speculative decoding"));
 }
 
 /// Parallel widths (`_validate_parallelism`, `initialize_model_parallel`) and the DeepSeek
@@ -231,11 +267,13 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Fin
         } else {
             format!(" (SGLang's DeepSeek context-parallel layout runs attention DP {} × CP {})", r.attn_dp, r.attn_cp)
         };
+        // `_handle_data_parallelism` asserts `tp_size % attn_dp_size == 0` without a message.
+        let bare = if p.tp.is_multiple_of(r.attn_dp) { "" } else { "; SGLang raises a bare AssertionError" };
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
             format!(
-                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}",
+                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}{bare}",
                 p.tp, p.attn_dp, p.attn_cp
             ),
             format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
@@ -362,7 +400,8 @@ fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, ou
                 "use either attnCp or dcp on one role, not both",
             ));
         }
-        if role == Role::Prefill && p.cp_strategy.is_none() {
+        // `--enable-prefill-cp` is rendered on either role with attnCp > 1; start-up asks both.
+        if p.cp_strategy.is_none() {
             out.push(Finding::error(
                 "cp-strategy-required",
                 role.field("parallelism.cpStrategy"),
@@ -449,6 +488,36 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
 
 /// The first start-up refusal that depends on the GPU, for one accelerator.
+/// DeepSeek-V4's start-up hook on an explicit `--dsv4-attn-backend` (`apply_deepseek_v4_defaults`):
+/// FlashMLA-Mega needs DeepSeek-V4.1 on SM100; trtllm needs SM100, an fp8_e4m3 KV cache, no
+/// context parallelism, and does not run under PD at all.
+fn dsv4_backend_refusal(
+    rs: &RoleSpec,
+    spec: &PDDeploymentSpec,
+    facts: &ModelFacts,
+    acc: Accelerator,
+) -> Option<(String, &'static str, &'static str)> {
+    if !facts.traits.deepseek_v4 {
+        return None;
+    }
+    let field = "template.extraArgs";
+    let fix = "leave --dsv4-attn-backend unset (auto) or flashmla";
+    let v41 = facts.model_type.as_deref().is_some_and(|t| t.starts_with("deepseek_v41"));
+    let p = &rs.parallelism;
+    match extra_value(&rs.template.extra_args, "dsv4_attn_backend").as_deref() {
+        Some("flashmla_mega") if !(v41 && acc.is_blackwell()) => Some((texts::DSV4_MEGA.into(), field, fix)),
+        Some("trtllm") if !acc.is_blackwell() => Some((texts::DSV4_TRTLLM_SM100.into(), field, fix)),
+        Some("trtllm") if !matches!(spec.kv_transfer.kv_cache_dtype, KvCacheDtype::Auto | KvCacheDtype::Fp8E4m3) => Some((
+            format!("--dsv4-attn-backend trtllm requires kv_cache_dtype=fp8_e4m3, got {}.", spec.kv_transfer.kv_cache_dtype),
+            "spec.kvTransfer.kvCacheDtype",
+            fix,
+        )),
+        Some("trtllm") if p.attn_cp > 1 || p.dcp > 1 => Some((texts::DSV4_TRTLLM_CP.into(), field, fix)),
+        Some("trtllm") => Some((texts::DSV4_TRTLLM_PD.into(), field, fix)),
+        _ => None,
+    }
+}
+
 fn accelerator_refusal(
     rs: &RoleSpec,
     spec: &PDDeploymentSpec,
@@ -463,6 +532,9 @@ fn accelerator_refusal(
             "spec.kvTransfer.kvCacheDtype",
             "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
         ));
+    }
+    if let Some(refusal) = dsv4_backend_refusal(rs, spec, facts, acc) {
+        return Some(refusal);
     }
     let (attention, prefill, decode) = (
         extra_value(args, "attention_backend"),
@@ -733,21 +805,26 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
     }
 }
 
-/// The handshake core's verdict on the rendered decode topology and prefill info. DSpark's
-/// layout describes the pools (item lengths, layer ids), which only the engines know; with its
-/// flags paired, both roles report the same one, so admission stands in an equal marker.
-fn rendered_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> (Vec<HandshakeFailure>, Vec<String>) {
-    let mut decode = crate::resolve::decode_topology_for(spec, facts, pool);
-    let mut prefill = crate::resolve::prefill_info(spec, facts);
-    let dspark = facts.architecture.as_deref() == Some("DeepseekV4ForCausalLMDSpark")
-        || [&spec.prefill, &spec.decode]
-            .iter()
-            .any(|r| extra_value(&r.template.extra_args, "speculative_algorithm").is_some_and(|v| v.eq_ignore_ascii_case("DSPARK")));
-    if dspark {
-        let marker = serde_json::Map::from_iter([("dspark".to_owned(), serde_json::Value::Bool(true))]);
-        prefill.dsv41_spec_layout = serde_json::Value::Object(marker.clone());
-        decode.dsv41_spec_layout = Some(marker);
+/// A DeepSeek-V4 KV layout the pool cannot be built with (`select_dsv4_kv_layout`,
+/// `resolve_compressed_kv_layout`): SGLang's assertion fails after the weights load.
+fn check_dsv4_pool(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    for role in [Role::Prefill, Role::Decode] {
+        if let Err(text) = crate::resolve::dsv4_kv_layout(spec, facts, role) {
+            out.push(Finding::error(
+                "v4-kv-layout",
+                role.field("template.env"),
+                text,
+                "leave SGLANG_DSV4_KV_LAYOUT and SGLANG_DSV4_COMPRESSED_KV_LAYOUT unset (v4), or run the V4.1 layouts on a B200",
+            ));
+        }
     }
+}
+
+/// The handshake core's verdict on the rendered decode topology and prefill info (a DSpark
+/// layout, which only the engines know, stands in on each role that runs DSpark).
+fn rendered_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> (Vec<HandshakeFailure>, Vec<String>) {
+    let decode = crate::resolve::decode_topology_for(spec, facts, pool);
+    let prefill = crate::resolve::prefill_info(spec, facts);
     crate::handshake::core::all_failures(&decode, &prefill)
 }
 
@@ -826,6 +903,7 @@ fn check_allocation_policy(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
 
 /// Rules SGLang does not enforce but whose violation breaks serving (spec §7a item 12).
 fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    check_dsv4_pool(spec, facts, out);
     let (p, d) = (spec.prefill.parallelism.attn_tp(), spec.decode.parallelism.attn_tp());
     if p > 0 && d > 0 && p.max(d) % p.min(d) != 0 {
         out.push(Finding::error(
@@ -855,13 +933,12 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
                 ));
             }
             if !matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp | TransferBackend::Nixl) {
-                // SGLang 0.5.23 reads the variable only in its mooncake and nixl connectors; with
-                // another backend it starts and never stages.
-                out.push(Finding::warning(
+                // `handle_pd_disaggregation` refuses it at start-up (mooncake_tcp is mooncake by then).
+                out.push(Finding::error(
                     "staging-buffer-backend",
                     role.field("template.env"),
                     format!(
-                        "SGLANG_DISAGG_STAGING_BUFFER has no effect with the '{}' transfer backend: only mooncake and nixl stage KV",
+                        "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got '{}'.",
                         spec.kv_transfer.backend
                     ),
                     "use backend mooncake or nixl, or drop SGLANG_DISAGG_STAGING_BUFFER",

@@ -26,7 +26,15 @@ fn validate_rejects_the_qwen_dcp_mistake_with_sglang_text_and_field() {
 
 #[test]
 fn validate_accepts_every_valid_example() {
-    for f in ["deepseek-v3-dcp.yaml", "qwen3-gqa.yaml", "multi-node-prefill.yaml", "llama-different-tp.yaml", "sim-demo.yaml"] {
+    for f in [
+        "deepseek-v3-dcp.yaml",
+        "qwen3-gqa.yaml",
+        "multi-node-prefill.yaml",
+        "llama-different-tp.yaml",
+        "sim-demo.yaml",
+        "deepseek-v32-dsa.yaml",
+        "deepseek-v4.yaml",
+    ] {
         let o = run(&["validate", "-f", &format!("examples/{f}")]);
         assert_eq!(o.status.code(), Some(0), "{f}: {}", text(&o));
     }

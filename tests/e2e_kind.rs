@@ -716,3 +716,44 @@ fn the_network_policy_keeps_other_pods_off_the_engines_while_the_pair_serves() {
     });
     assert!(connects_from_stranger(&ns.name, &ip, rank_port), "rank port {rank_port} still closed without the policy");
 }
+
+// ---- A DSA decode (issue #15): the page size and KV dtype SGLang resolves for DSA ----
+
+/// DeepSeek-V3.2-Exp's config.json (DSA: `index_topk`), as the model ConfigMap carries it.
+const DSA_CONFIG: &str = include_str!("parity/configs/DeepseekV32ForCausalLM.json");
+
+/// A DSA PDDeployment on sim engines, its model read from a ConfigMap; no page size (DSA forces
+/// 64 on both roles) and KV dtype `auto` (bfloat16 on Hopper, what both roles resolve here).
+fn dsa_objects(name: &str) -> String {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-model")},
+                    "data": {"config.json": DSA_CONFIG}});
+    format!(
+        "{cm}\n---\napiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model: {{path: deepseek-ai/DeepSeek-V3.2-Exp, configMapRef: {{name: {name}-model, key: config.json}}}}\n  kvTransfer: {{kvCacheDtype: auto}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 2}}}}\n"
+    )
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn a_dsa_decode_passes_the_handshake_and_turns_ready() {
+    let ns = TestNamespace::new("kind-dsa");
+    let name = "dsa";
+    let o = ns.apply(&dsa_objects(name));
+    assert!(o.status.success(), "{}", text(&o));
+    let v = wait_for(WAIT, "DSA decode: HandshakeReady=True, Ready=True, a rank map", || {
+        let v = ns.get_json("pdd", name)?;
+        let hs = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
+        let ready = condition(&v, "Ready").ok_or_else(|| v["status"].to_string())?;
+        let mapped = v["status"]["rankMap"].as_array().is_some_and(|m| m.len() == 1);
+        (hs["status"] == "True" && ready["status"] == "True" && v["status"]["decode"]["readyReplicas"] == 1 && mapped)
+            .then_some(v.clone())
+            .ok_or_else(|| v["status"].to_string())
+    });
+    // MLA decode TP2 against prefill TP2: one prefill rank per decode rank.
+    assert_eq!(v["status"]["rankMap"][0]["ranks"][0]["tpRanks"], json!([0]));
+    // What the sidecar checked: DSA's resolved page size and dtype, not the spec's unset / `auto`.
+    let cm = ns.get_json("configmap", &format!("{name}-handshake")).unwrap();
+    let decode: Value = serde_json::from_str(cm["data"]["decode.json"].as_str().unwrap()).unwrap();
+    assert_eq!((&decode["page_size"], &decode["kv_cache_dtype"], &decode["kv_pool"]), (&json!(64), &json!("bfloat16"), &json!("mla")));
+    let pods = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role=decode"));
+    assert!(pods.len() == 1 && is_ready(&pods[0]), "{pods:?}");
+}

@@ -252,6 +252,10 @@ fn minimax_sparse_needs_equal_attention_tp() {
 fn dspark_needs_equal_tp_unless_cp_fan_in() {
     let mut good = base("x");
     good.model.architecture = Some("DeepseekV4ForCausalLMDSpark".into());
+    // The layout (and check #6) comes with the algorithm, on both roles (paired flags).
+    for role in [&mut good.prefill, &mut good.decode] {
+        role.template.extra_args = ["--speculative-algorithm", "DSPARK"].map(String::from).to_vec();
+    }
     good.prefill.parallelism.tp = 4;
     good.prefill.parallelism.attn_cp = 2;
     good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
@@ -307,6 +311,11 @@ fn prefill_cp_needs_a_strategy_and_excludes_dcp() {
         "spec.prefill.parallelism.cpStrategy",
         "--cp-strategy must be set when --enable-prefill-cp is enabled.",
     );
+    // Start-up asks the decode too (it renders --enable-prefill-cp with attnCp > 1).
+    let mut bad = mla();
+    bad.decode.parallelism.attn_cp = 2;
+    let f = run(&bad);
+    assert!(has(&f, "cp-strategy-required", Severity::Error, "spec.decode.parallelism.cpStrategy", "--cp-strategy must be set"), "{f:#?}");
     let mut bad = good;
     bad.prefill.parallelism.dcp = 2;
     case("dcp-with-prefill-cp", mla(), bad, "spec.prefill.parallelism.dcp", "--dcp-size > 1 does not support --enable-prefill-cp.");
@@ -664,6 +673,18 @@ fn staging_buffer_is_refused_with_mla() {
         "spec.prefill.template.env",
         "SGLANG_DISAGG_STAGING_BUFFER is designed for non-MLA models (e.g. GQA, MHA). MLA models should not set this flag.",
     );
+    // Only the mooncake (also as mooncake_tcp) and nixl backends stage; start-up refuses others.
+    let mut mori = gqa_staging();
+    mori.kv_transfer.backend = TransferBackend::Mori;
+    let text = "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got 'mori'.";
+    case("staging-buffer-backend", gqa_staging(), mori, "spec.prefill.template.env", text);
+}
+
+fn gqa_staging() -> PDDeploymentSpec {
+    let mut s = gqa();
+    s.prefill.template.env = vec![env("SGLANG_DISAGG_STAGING_BUFFER", "true")];
+    s.decode.template.env = s.prefill.template.env.clone();
+    s
 }
 
 #[test]
@@ -690,7 +711,8 @@ fn zero_sizes_are_reported_not_divided_by() {
     bad.decode.parallelism.tp = 0;
     bad.prefill.gpus_per_node = 0;
     let f = run(&bad);
-    assert!(has(&f, "size-positive", Severity::Error, "spec.decode.parallelism.tp", "tp must be at least 1"), "{f:#?}");
+    let text = "tp must be at least 1, got 0 (SGLang fails with ZeroDivisionError: integer division or modulo by zero)";
+    assert!(has(&f, "size-positive", Severity::Error, "spec.decode.parallelism.tp", text), "{f:#?}");
     assert!(has(&f, "size-positive", Severity::Error, "spec.prefill.gpusPerNode", "gpusPerNode must be at least 1"));
 }
 
@@ -742,4 +764,26 @@ fn dsa_models_warn_about_auto_dtype() {
     let mut spec = spec;
     spec.kv_transfer.kv_cache_dtype = KvCacheDtype::Fp8E4m3;
     assert!(run(&spec).is_empty());
+}
+
+#[test]
+fn pipeline_parallel_speculative_decoding_runs_only_on_the_prefill() {
+    let eagle: Vec<String> =
+        ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"].map(String::from).to_vec();
+    let mut good = mla();
+    good.prefill.parallelism.pp = 2;
+    good.prefill.gpus_per_node = 8;
+    good.prefill.template.extra_args.clone_from(&eagle);
+    good.decode.template.extra_args.clone_from(&eagle);
+    let mut bad = good.clone();
+    bad.decode.parallelism.pp = 2;
+    bad.decode.gpus_per_node = 8;
+    let only_prefill = "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)";
+    case("pp-speculative", good, bad, "spec.decode.parallelism.pp", only_prefill);
+    let mut eagle3 = mla();
+    eagle3.prefill.parallelism.pp = 2;
+    eagle3.prefill.template.extra_args = ["--speculative-algorithm", "EAGLE3"].map(String::from).to_vec();
+    let f = run(&eagle3);
+    let text = "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding";
+    assert!(has(&f, "pp-speculative", Severity::Error, "spec.prefill.parallelism.pp", text), "{f:#?}");
 }

@@ -53,7 +53,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = pass.plan(&rendered, &sets);
         let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome, sets).await
+        pass.report(router_ready, outcome, sets, rendered.page_size).await
     }
     .instrument(span)
     .await;
@@ -134,6 +134,7 @@ impl<'a> Pass<'a> {
             router_ready: None,
             degraded: None,
             kv_set: None,
+            page_size: None,
             now: self.now.clone(),
         }
     }
@@ -368,7 +369,7 @@ impl<'a> Pass<'a> {
 
     /// Computes the status; writes it now, or later when it is only progress (coalesced).
     /// The status counts the pods of the set the router pairs; the KV sets are reported beside.
-    async fn report(self, router_ready: Option<i32>, outcome: Outcome, sets: Decision) -> Result<Action, Error> {
+    async fn report(self, router_ready: Option<i32>, outcome: Outcome, sets: Decision, page_size: u32) -> Result<Action, Error> {
         let (ctx, spec) = (self.ctx, &self.pdd.spec);
         let revisions = (render::role_revision(spec, Role::Prefill, &ctx.render), render::role_revision(spec, Role::Decode, &ctx.render));
         let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
@@ -377,6 +378,7 @@ impl<'a> Pass<'a> {
             degraded: outcome.degraded,
             observed: &routed,
             kv_set: Some(sets.status),
+            page_size: Some(page_size),
             ..self.status_inputs(Ok(()), (&revisions.0, &revisions.1))
         };
         let next = status::compute(&inputs);

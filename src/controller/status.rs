@@ -36,6 +36,8 @@ pub struct StatusInputs<'a> {
     pub degraded: Option<String>,
     /// The KV sets (`observed` holds the routed set's pods).
     pub kv_set: Option<crate::api::KvSetStatus>,
+    /// The page size both roles run with (`Rendered::page_size`), once rendered.
+    pub page_size: Option<u32>,
     pub now: Time,
 }
 
@@ -264,6 +266,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         endpoints: valid.then(|| endpoints(pdd, inputs.kv_set.as_ref().map_or(0, |k| k.routed))),
         rank_map: rank_map(inputs),
         kv_set: inputs.kv_set.clone(),
+        page_size: inputs.page_size.filter(|_| valid),
     }
 }
 
@@ -430,6 +433,7 @@ mod tests {
             router_ready: None,
             degraded: None,
             kv_set: None,
+            page_size: None,
             now: Time(jiff::Timestamp::UNIX_EPOCH),
         }
     }
@@ -484,5 +488,16 @@ mod tests {
         (prefill.role, prefill.ready, prefill.name) = (Role::Prefill, true, "x-prefill-0-0".into());
         let all = [decodes[0].clone(), decodes[1].clone(), prefill];
         assert_eq!(reason(&compute(&StatusInputs { previous: Some(&again), ..one_pod_instances(&pdd, &all) })), "AsExpected");
+    }
+
+    #[test]
+    fn the_page_size_both_roles_run_with_is_shown_once_the_spec_is_valid() {
+        let pdd = pdd();
+        let status = compute(&StatusInputs { page_size: Some(64), ..one_pod_instances(&pdd, &[]) });
+        assert_eq!(status.page_size, Some(64));
+        assert_eq!(serde_json::to_value(&status).unwrap()["pageSize"], 64);
+        let invalid = compute(&StatusInputs { page_size: Some(64), validation: Err("bad".into()), ..one_pod_instances(&pdd, &[]) });
+        assert_eq!(invalid.page_size, None);
+        assert!(serde_json::to_value(&invalid).unwrap().get("pageSize").is_none());
     }
 }

@@ -40,6 +40,16 @@ pub fn decode_scratch_keys() -> &'static [&'static str] {
     &TOPOLOGY_KEYS[SCRATCH_KEYS_FROM..]
 }
 
+/// The keys of a DSpark layout (`get_dsv41_spec_layout`), sorted.
+pub const DSPARK_LAYOUT_KEYS: [&str; 6] =
+    ["compression_ratios", "kv_item_lens", "kv_layer_ids", "num_draft_tokens", "state_item_lens", "state_types"];
+
+/// A DSpark layout whose contents are not known offline (they describe the engine's pool
+/// buffers): every key present, so a peer without DSpark differs in all of them, as in SGLang.
+pub fn dspark_layout_stand_in() -> Value {
+    Value::Object(DSPARK_LAYOUT_KEYS.iter().map(|k| ((*k).to_owned(), Value::from("unknown offline"))).collect())
+}
+
 pub const STATE_TYPES: &[&str] = &[
     "mamba",
     "qsa_pending",
@@ -97,6 +107,11 @@ pub struct DecodeTopology {
     pub kv_layout: Option<String>,
     #[serde(default)]
     pub dsv41_spec_layout: Option<Map<String, Value>>,
+    /// The decode runs DeepSeek-V4.1 DSpark, but its layout (which describes the engine's pool
+    /// buffers) is not known offline: check #5 then only asks that the prefill report one (the
+    /// engine compares the two itself), and check #6 runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dspark: bool,
     #[serde(default)]
     pub state_types: Vec<String>,
     /// `--disaggregation-decode-allocation-policy`; only the sidecar's receiver-time checks use it.
@@ -507,7 +522,13 @@ fn kv_layout(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure
 
 /// Checks #5 and #6: DeepSeek-V4.1 DSpark's layout, then its TP (prefill-CP fan-in excepted).
 fn dspark(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
-    let local_layout = d.dsv41_spec_layout.clone().map(Value::Object).unwrap_or(Value::Null);
+    let local_layout = match &d.dsv41_spec_layout {
+        Some(layout) => Value::Object(layout.clone()),
+        // The engine's own layout, unknown here: taken as the prefill's when it reports one.
+        None if d.dspark && p.dsv41_spec_layout.is_object() => p.dsv41_spec_layout.clone(),
+        None if d.dspark => dspark_layout_stand_in(),
+        None => Value::Null,
+    };
     if local_layout.is_null() && p.dsv41_spec_layout.is_null() {
         return Ok(());
     }

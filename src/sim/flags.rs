@@ -345,34 +345,57 @@ pub fn node_share(slots: &[RankSlot], nnodes: i64, node_rank: i64) -> Vec<RankSl
     slots.iter().enumerate().filter(|(i, _)| *i as i64 * nnodes / n.max(1) == node_rank).map(|(_, s)| *s).collect()
 }
 
-/// What the prefill advertises: page size, KV dtype, load-balance method after resolution.
-/// What SGLang's start-up would make of this engine's flags (`crate::resolve`): the page size
-/// and KV dtype string it reports, e.g. DSA's forced 64 and bfloat16, DeepSeek-V4's 256 and
-/// fp8_e4m3, a backend's page constraint. `None` for flags the spec cannot express.
-fn sglang_resolution(f: &EngineFlags) -> Option<(i64, String)> {
+/// The model as SGLang reads it: `<--model-path>/config.json` when that file exists, else the
+/// model catalogue's entry for the path.
+fn model_facts(f: &EngineFlags) -> crate::model::ModelFacts {
+    let spec = crate::api::ModelSpec { path: f.model_path.clone(), ..Default::default() };
+    let config = std::fs::read_to_string(std::path::Path::new(&f.model_path).join("config.json"))
+        .ok()
+        .and_then(|text| crate::model::HfConfig::parse(&text).ok());
+    crate::model::resolve(&spec, config.as_ref())
+}
+
+/// Variables of the engine's own environment that SGLang's DeepSeek-V4 pool reads.
+const DSV4_ENV: [&str; 2] = ["SGLANG_DSV4_KV_LAYOUT", "SGLANG_DSV4_COMPRESSED_KV_LAYOUT"];
+
+/// This engine's flags as a one-role spec, with the model's facts, for `crate::resolve`: what
+/// SGLang's start-up would make of them (e.g. DSA's forced 64 and bfloat16, DeepSeek-V4's 256,
+/// fp8_e4m3 and composite KV layout, a backend's page constraint). `None` for flags the spec
+/// cannot express.
+fn as_spec(f: &EngineFlags) -> Option<(crate::api::PDDeploymentSpec, crate::model::ModelFacts, crate::api::Role)> {
     let role = match f.mode.as_str() {
         "prefill" => crate::api::Role::Prefill,
         "decode" => crate::api::Role::Decode,
         _ => return None,
     };
-    let rs = json!({"parallelism": {"tp": 1}, "template": {"extraArgs": f.ignored}});
+    let env: Vec<Value> = DSV4_ENV.iter().filter_map(|n| std::env::var(n).ok().map(|v| json!({"name": n, "value": v}))).collect();
+    let rs = json!({"parallelism": {"tp": 1}, "template": {"extraArgs": f.ignored, "env": env}});
     let spec: crate::api::PDDeploymentSpec = serde_json::from_value(json!({
         "model": {"path": f.model_path}, "kvTransfer": {"pageSize": f.page_size, "kvCacheDtype": f.kv_cache_dtype},
         "prefill": rs, "decode": rs,
     }))
     .ok()?;
-    let facts = crate::model::resolve(&spec.model, None);
-    let page = crate::resolve::role_page_size(&spec, &facts, role, spec.kv_transfer.page_size);
-    Some((page.into(), crate::resolve::kv_cache_dtype(&spec, &facts, role)))
+    Some((spec, model_facts(f), role))
 }
 
 /// The page size the stand-in reports: `--sim-page-size` (a fault), else SGLang's resolution.
 pub fn advertised_page_size(f: &EngineFlags) -> i64 {
-    f.sim_page_size.or_else(|| sglang_resolution(f).map(|r| r.0)).or(f.page_size).unwrap_or(1)
+    let resolved =
+        || as_spec(f).map(|(s, facts, role)| i64::from(crate::resolve::role_page_size(&s, &facts, role, s.kv_transfer.page_size)));
+    f.sim_page_size.or_else(resolved).or(f.page_size).unwrap_or(1)
 }
 /// The KV dtype the stand-in reports: `--sim-kv-cache-dtype` (a fault), else SGLang's resolution.
 pub fn advertised_kv_dtype(f: &EngineFlags) -> String {
-    f.sim_kv_cache_dtype.clone().or_else(|| sglang_resolution(f).map(|r| r.1)).unwrap_or_else(|| f.kv_cache_dtype.clone())
+    let resolved = || as_spec(f).map(|(s, facts, role)| crate::resolve::kv_cache_dtype(&s, &facts, role));
+    f.sim_kv_cache_dtype.clone().or_else(resolved).unwrap_or_else(|| f.kv_cache_dtype.clone())
+}
+/// The DeepSeek-V4 KV layout the stand-in reports (`pd_kv_layout`), none for other models.
+pub fn advertised_kv_layout(f: &EngineFlags) -> Option<String> {
+    as_spec(f).and_then(|(s, facts, role)| crate::resolve::dsv4_kv_layout(&s, &facts, role).ok().flatten())
+}
+/// Whether this engine runs DeepSeek-V4.1 DSpark (and so reports a DSpark layout).
+fn runs_dspark(f: &EngineFlags) -> bool {
+    as_spec(f).is_some_and(|(s, facts, role)| crate::resolve::dspark(&s, &facts, role))
 }
 fn resolved_load_balance(f: &EngineFlags) -> &str {
     if f.load_balance_method == "auto" { "follow_bootstrap_room" } else { &f.load_balance_method }
@@ -408,8 +431,8 @@ pub fn registration_body(f: &EngineFlags, t: &Topology, slot: RankSlot, rank_ip:
         "rank_port": rank_port,
         "page_size": advertised_page_size(f),
         "kv_cache_dtype": advertised_kv_dtype(f),
-        "kv_layout": null,
-        "dsv41_spec_layout": null,
+        "kv_layout": advertised_kv_layout(f),
+        "dsv41_spec_layout": if runs_dspark(f) { crate::handshake::core::dspark_layout_stand_in() } else { Value::Null },
         "load_balance_method": resolved_load_balance(f),
         "enable_dsa_cache_layer_split": f.enable_dsa_cache_layer_split,
         "enable_kv_cache_sharding": f.enable_kv_cache_sharding,
@@ -441,10 +464,7 @@ pub fn kv_pool(f: &EngineFlags) -> PoolKind {
         Some("mla") => PoolKind::Mla,
         Some("hybrid_mla") => PoolKind::HybridMla,
         Some(_) => PoolKind::Mha,
-        None => {
-            let spec = crate::api::ModelSpec { path: f.model_path.clone(), ..Default::default() };
-            crate::model::resolve(&spec, None).pool().unwrap_or(PoolKind::Mha)
-        }
+        None => model_facts(f).pool().unwrap_or(PoolKind::Mha),
     }
 }
 
@@ -466,6 +486,7 @@ pub fn decode_topology(f: &EngineFlags, t: &Topology) -> Result<DecodeTopology, 
         "attn_tp_size": t.attn_tp, "attn_cp_size": t.attn_cp, "pp_size": t.pp, "dcp_size": f.dcp,
         "page_size": advertised_page_size(f), "kv_cache_dtype": advertised_kv_dtype(f), "kv_pool": pool,
         "all_cp_ranks_transfer": all_cp, "decode_allocation_policy": f.decode_allocation_policy,
+        "kv_layout": advertised_kv_layout(f), "dspark": runs_dspark(f),
     }))
     .map_err(|e| SimError::Flags(e.to_string()))
 }

@@ -90,6 +90,8 @@ def import_sglang():
         "sglang.srt.runtime_context",
         "sglang.srt.platforms.cuda",
         "sglang.srt.utils.common",
+        "sglang.srt.mem_cache.deepseek_v4_memory_pool",
+        "sglang.srt.disaggregation.utils",
     ]:
         try:
             importlib.import_module(name)
@@ -193,6 +195,37 @@ def resolved_values(sa):
     return out
 
 
+def dsv4_pd_kv_layout(sa):
+    """What this process's DeepSeek-V4 pool reports in the PD handshake, by SGLang's own code:
+    `select_dsv4_kv_layout()` on the faked GPU (after the scheduler's runtime context is
+    published), then `get_pd_kv_layout()` on a `DeepSeekV4TokenToKVPool`. Only the pool's buffer
+    allocation is skipped (it needs a GPU): the pool is made with `object.__new__`, as SGLang's
+    own disaggregation wire test does, and given the attributes its __init__ sets for
+    `pd_kv_layout` (the selected layouts, the model's `compress_ratios` as kv_cache_configurator
+    passes them, and `uniform_fp8` from the same two calls). None for other models."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+
+    ratios = getattr(model_config_of(sa), "compress_ratios", None)
+    if ratios is None:
+        return {}
+    from sglang.kernels.ops.attention.dsv4.kv_layout import KVLayout
+    from sglang.srt.disaggregation.utils import get_pd_kv_layout
+    from sglang.srt.layers.attention.dsv4.unified_kv_gate import is_unified_kv_triton
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool, select_dsv4_kv_layout
+    from sglang.srt.runtime_context import get_exec
+
+    try:
+        layout, option = select_dsv4_kv_layout()
+        pool = object.__new__(DeepSeekV4TokenToKVPool)
+        pool.kv_layout = KVLayout.parse(layout)
+        pool.compressed_kv_layout_option = option
+        pool.compression_ratios = list(ratios)
+        pool.uniform_fp8 = (not is_unified_kv_triton()) and get_exec().kernel.dsv4_attn_backend == "trtllm"
+        return {"pd_kv_layout": get_pd_kv_layout(pool)}
+    except Exception as e:  # the pool would refuse this layout after the weights load
+        return {"pd_kv_layout_error": f"{type(e).__name__}: {e}"}
+
+
 def fake_ib_devices(argv):
     """The host's InfiniBand devices are not the spec's business: answer that the devices the
     argv names exist (SGLang checks them against /sys/class/infiniband at start-up)."""
@@ -244,6 +277,7 @@ def run_process(proc, model_dir):
         stage = "parallel_state"
         resolved = resolved_values(sa)
         parallel_state_checks(sa)
+        resolved.update(dsv4_pd_kv_layout(sa))
         return {"ok": True, "stage": "done", "resolved": resolved}
     except BaseException as e:  # noqa: BLE001 - every failure is the verdict
         tb = traceback.extract_tb(e.__traceback__)

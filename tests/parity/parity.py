@@ -13,8 +13,10 @@ SGLang when every process of both roles starts. The report counts:
   false-deny   the operator denies through a start-up rule, SGLang starts;
   false-admit  the operator admits, SGLang refuses to start.
   sidecar      for a pair both admit, the decode topology the sidecar gets and the prefill
-               page size / KV dtype admission expects differ from what SGLang's roles resolve
-               (a failure: the decode pods would never pass the handshake).
+               page size / KV dtype / DeepSeek-V4 KV layout admission expects differ from what
+               SGLang's roles resolve (a failure: the decode pods would never pass the
+               handshake). The layout is what SGLang's own `get_pd_kv_layout` reports for a
+               pool built from the process's resolved arguments (tests/parity/oracle.py).
 
 Run with the python hack/sglang-oracle-venv.sh prints (it has PyYAML); hack/parity.sh does it.
 """
@@ -52,6 +54,9 @@ OPERATOR_ONLY = {
     "dspark-layout-mismatch", "allocation-policy-mismatch", "handshake-mapping",
     # rank mapping and routing that fail per request
     "attn-tp-divide", "prefill-replica-dp", "staging-buffer-mla",
+    # the DeepSeek-V4 pool, built after the weights load (checked below against SGLang's own
+    # layout selection: the oracle must report that the pool refuses)
+    "v4-kv-layout",
 }
 
 FAMILIES = {
@@ -178,6 +183,35 @@ def generated_corpus(seed, n, workdir):
     return path, meta
 
 
+# DeepSeek-V4 KV layouts (`pd_kv_layout`): every main-layout mode, compressed option and
+# attention backend the roles may pick, on DeepSeek-V4 and a DeepSeek-V4.1 config (ratios 2,
+# 4, 128), all profiles. The oracle reports what SGLang's own pool code makes of each process.
+LAYOUT_CONFIGS = {"DeepseekV4ForCausalLM": "deepseek-v4", "DeepseekV41": "deepseek-v41"}
+LAYOUT_ENVS = [None, "v4", "v41", "v41_new", "auto"]
+LAYOUT_COMPRESSED = [None, "fp4"]
+LAYOUT_BACKENDS = [None, "flashmla_mega"]
+
+
+def layout_corpus(workdir):
+    docs, meta = [], {}
+    for key, short in LAYOUT_CONFIGS.items():
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cfg-{short}"},
+                     "data": {"config.json": json.dumps(load_config(key))}})
+        for i, (mode, comp, backend) in enumerate((m, c, b) for m in LAYOUT_ENVS for c in LAYOUT_COMPRESSED for b in LAYOUT_BACKENDS):
+            env = [{"name": n, "value": v} for n, v in (("SGLANG_DSV4_KV_LAYOUT", mode), ("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", comp)) if v]
+            tmpl = {k: v for k, v in (("env", env), ("extraArgs", ["--dsv4-attn-backend", backend] if backend else [])) if v}
+            role = {"replicas": 1, "parallelism": {"tp": 8}, **({"template": tmpl} if tmpl else {})}
+            name = f"layout-{short}-{i}"
+            docs.append({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": name},
+                         "spec": {"model": {"path": f"/models/{short}", "configMapRef": {"name": f"cfg-{short}", "key": "config.json"}},
+                                  "kvTransfer": {"backend": "mooncake", "pageSize": 256}, "prefill": role, "decode": role}})
+            meta[name] = {"family": "DeepSeek-V4", "arch": key, "profiles": PROFILES, "source": "layouts"}
+    path = os.path.join(workdir, "layouts.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump_all(docs, f, sort_keys=False)
+    return path, meta
+
+
 # ---------------------------------------------------------------- running
 
 def parity_cases(operator, files, profile, accelerator_flag=True):
@@ -218,6 +252,9 @@ def classify(case, oracle):
     if sg is None:
         if not errors:
             return "agree", None
+        refused_pool = any("pd_kv_layout_error" in (p.get("resolved") or {}) for p in oracle["processes"])
+        if any(f["rule"] == "v4-kv-layout" for f in errors) and not refused_pool:
+            return "false-deny", "v4-kv-layout (SGLang's pool builds this layout)"
         if not startup_errors:
             return "op-only", None
         return "false-deny", startup_errors[0]["rule"]
@@ -235,6 +272,8 @@ def topology_mismatch(case, oracle):
     topo = case.get("decode_topology")
     expected = {"decode": topo or {},
                 "prefill": {"page_size": case.get("prefill_page_size"), "kv_cache_dtype": case.get("prefill_kv_cache_dtype")}}
+    expected["decode"] = {**expected["decode"], "pd_kv_layout": expected["decode"].get("kv_layout")}
+    expected["prefill"]["pd_kv_layout"] = case.get("prefill_kv_layout")
     diffs = []
     for role, ours in expected.items():
         proc = next((p for p in oracle["processes"] if p["role"] == role and p["ok"]), None)
@@ -242,7 +281,9 @@ def topology_mismatch(case, oracle):
             continue
         resolved = proc.get("resolved") or {}
         diffs += [f"{role} {k}: ours {ours.get(k)!r}, SGLang {resolved.get(k)!r}"
-                  for k in ("page_size", "kv_cache_dtype") if k in resolved and ours.get(k) != resolved.get(k)]
+                  for k in ("page_size", "kv_cache_dtype", "pd_kv_layout") if k in resolved and ours.get(k) != resolved.get(k)]
+        if "pd_kv_layout_error" in resolved:
+            diffs.append(f"{role} kv_layout: ours {ours.get('pd_kv_layout')!r}, SGLang's pool refuses: {resolved['pd_kv_layout_error']}")
     return "; ".join(diffs) or None
 
 
@@ -252,6 +293,7 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="the oracle venv's python")
     ap.add_argument("--examples", nargs="*", default=[])
     ap.add_argument("--rules-dir", help="specs the rule tests dumped (PD_PARITY_DUMP)")
+    ap.add_argument("--layouts", action="store_true", help="add the DeepSeek-V4 KV layout cases")
     ap.add_argument("--generated", type=int, default=0, help="how many generated specs")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--workdir", default="target/parity")
@@ -271,6 +313,9 @@ def main():
         files = sorted(os.path.join(args.rules_dir, f) for f in os.listdir(args.rules_dir) if f.endswith(".yaml"))
         if files:
             groups.append(("rules", files, None))
+    if args.layouts:
+        path, meta = layout_corpus(args.workdir)
+        groups.append(("layouts", [path], meta))
     if args.generated:
         path, meta = generated_corpus(args.seed, args.generated, args.workdir)
         groups.append(("generated", [path], meta))
