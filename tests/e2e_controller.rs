@@ -119,7 +119,7 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
     assert_eq!(status["prefill"]["readyReplicas"], 1);
     assert_eq!(status["decode"]["readyReplicas"], 2);
     assert_eq!(status["decode"]["ready"], "2/2");
-    assert_eq!(status["endpoints"]["prefill"][0]["bootstrap"], format!("dsv3-prefill-0-0.dsv3-prefill.{}.svc:8998", ns.name));
+    assert_eq!(status["endpoints"]["prefill"][0]["bootstrap"], format!("dsv3-prefill-0-0.dsv3-engines.{}.svc:8998", ns.name));
     // The decode pods served only once their gate passed: here the kwok tier's stage plays the
     // sidecar (hack/kwok/pod-stages.yaml), and the pods turned Ready through the gate.
     for p in pods(&ns, "dsv3").unwrap().iter().filter(|p| p["metadata"]["labels"]["pd.inference.dev/role"] == "decode") {
