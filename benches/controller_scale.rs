@@ -293,8 +293,8 @@ where
 
 /// The floor: the rendered pods created directly (after the decode ServiceAccount they run
 /// under), 8 sequential creates per PDDeployment, PDDeployments concurrent. With `everything`,
-/// every other rendered object (Services, ConfigMap, Role, RoleBinding) is created first too: the
-/// cost of the object set itself, without a controller.
+/// every other rendered object (Service, ConfigMap, Role, RoleBinding, NetworkPolicy) is created
+/// first too: the cost of the object set itself, without a controller.
 async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
     let ns = format!("bench-floor{}-{n}", if everything { "-all" } else { "" });
     namespace(client, &ns).await;
@@ -318,6 +318,7 @@ async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
                 create_each(client, ns, r.config_maps).await;
                 create_each(client, ns, r.roles).await;
                 create_each(client, ns, r.role_bindings).await;
+                create_each(client, ns, r.network_policies).await;
             }
             create_each(client, ns, r.instances.into_iter().flat_map(|i| i.pods).collect()).await;
         }
@@ -369,7 +370,7 @@ fn lws_object(name: &str, instances: &[&pd_operator::render::InstancePods]) -> D
 
 /// What a user of LWS applies for one PDDeployment: the rendered support objects the pods need
 /// (decode ServiceAccount, handshake ConfigMap, Role, RoleBinding, NetworkPolicy) and one LWS per
-/// role. LWS makes its own headless Service per LWS, as the controller makes one per role.
+/// role. LWS makes its own headless Service per LWS (two per PDDeployment; the controller makes one).
 struct LwsBatch {
     rendered: pd_operator::render::Rendered,
     sets: Vec<DynamicObject>,

@@ -3,6 +3,7 @@
 #   hack/bench-controller.sh            # N = 10, 100, 500
 #   PD_BENCH_N=10,100 hack/bench-controller.sh
 #   PD_BENCH_PARTS=controller,lws PD_BENCH_N=100,500 hack/bench-controller.sh
+#   PD_BENCH_BIN=/tmp/pd-operator-before PD_BENCH_PARTS=controller hack/bench-controller.sh
 # Parts (default all): controller, floor (pods only), floor-all (every rendered object), lws (the
 # same work as LeaderWorkerSets, one per role, under the LWS controller built by hack/lws.sh).
 set -euo pipefail
@@ -64,4 +65,5 @@ PY
   kubectl wait --for=condition=Established crd/leaderworkersets.leaderworkerset.x-k8s.io --timeout=60s >/dev/null
   export PD_LWS_BIN="$LWS_DIR/bin/lws-controller" PD_LWS_CONFIG="$W/config.yaml" PD_LWS_HEALTH_PORT=$HEALTH_PORT
 fi
-PD_BENCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/pd-operator" cargo bench --locked --bench controller_scale
+# PD_BENCH_BIN runs another build of the operator (a saved binary, for an A/B of two commits).
+PD_BENCH_BIN="${PD_BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/pd-operator}" cargo bench --locked --bench controller_scale

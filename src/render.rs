@@ -47,6 +47,12 @@ pub const LABEL_KV_SET: &str = "pd.inference.dev/kv-set";
 pub const KV_CONTRACT: &str = "pd.inference.dev/kv-contract";
 /// The `LABEL_ROLE` value of router pods.
 pub const ROUTER_ROLE: &str = "router";
+/// `true` on every engine pod (prefill and decode, not the router): what the engines' headless
+/// Service selects.
+pub const LABEL_ENGINE: &str = "pd.inference.dev/engine";
+/// What names the objects that cover both roles' engine pods (`{name}-engines`): their headless
+/// Service and NetworkPolicy.
+const ENGINES: &str = "engines";
 pub const DIST_INIT_PORT: u16 = 5757;
 pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
@@ -181,8 +187,9 @@ mod erased {
     }
 }
 
-pub fn service_name(name: &str, role: Role) -> String {
-    format!("{name}-{}", role.as_str())
+/// The headless Service of PDDeployment `name`'s engine pods (both roles), and their NetworkPolicy.
+pub fn engines_name(name: &str) -> String {
+    format!("{name}-{ENGINES}")
 }
 /// Set 0 keeps the plain names; a later set's objects end in `-s<set>`.
 pub fn set_suffix(set: u32) -> String {
@@ -207,9 +214,9 @@ pub fn decode_service_account(spec: &PDDeploymentSpec, name: &str) -> String {
     spec.decode.template.service_account_name.clone().unwrap_or_else(|| format!("{name}-decode"))
 }
 
-/// Stable DNS name of an instance's leader pod through the role's headless Service.
+/// Stable DNS name of an instance's leader pod through the engines' headless Service.
 pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32, set: u32) -> String {
-    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0, set), service_name(name, role))
+    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0, set), engines_name(name))
 }
 
 /// The address a decode (and the router) uses for a prefill's bootstrap server.
@@ -621,6 +628,7 @@ impl PodSlot<'_> {
         labels.insert(LABEL_REVISION.into(), self.revision.into());
         labels.insert(LABEL_SERVING.into(), "true".into());
         labels.insert(LABEL_KV_SET.into(), self.set.to_string());
+        labels.insert(LABEL_ENGINE.into(), "true".into());
         let pod_name = pod_name(self.name, self.role, self.instance, self.node, self.set);
         let mut metadata = meta(pod_name.clone(), self.ns, labels, self.owners);
         let mut annotations = t.annotations.clone();
@@ -632,7 +640,7 @@ impl PodSlot<'_> {
         metadata.annotations = Some(annotations);
         let mut spec = PodSpec {
             hostname: Some(pod_name),
-            subdomain: Some(service_name(self.name, self.role)),
+            subdomain: Some(engines_name(self.name)),
             // A multi-node engine cannot survive a lost rank: the controller recreates the instance.
             restart_policy: Some("Never".into()),
             enable_service_links: Some(false),
@@ -676,20 +684,17 @@ impl PodSlot<'_> {
     }
 }
 
-fn headless_service(pdd_spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Service {
-    let mut ports = vec![ServicePort { name: Some("http".into()), port: i32::from(DEFAULT_HTTP_PORT), ..Default::default() }];
-    if role == Role::Prefill {
-        ports.push(ServicePort {
-            name: Some("bootstrap".into()),
-            port: i32::from(pdd_spec.kv_transfer.bootstrap_port),
-            ..Default::default()
-        });
-    }
-    let mut selector = BTreeMap::new();
-    selector.insert(LABEL_DEPLOYMENT.to_owned(), name.to_owned());
-    selector.insert(LABEL_ROLE.to_owned(), role.as_str().to_owned());
+/// One headless Service for both roles' engine pods: it gives each its DNS name
+/// (`{pod}.{name}-engines.{ns}.svc`, through the pods' hostname and subdomain). One per role cost
+/// the cluster a second Service and its Endpoints and EndpointSlice per PDDeployment.
+fn headless_service(pdd_spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Service {
+    let ports = vec![
+        ServicePort { name: Some("http".into()), port: i32::from(DEFAULT_HTTP_PORT), ..Default::default() },
+        ServicePort { name: Some("bootstrap".into()), port: i32::from(pdd_spec.kv_transfer.bootstrap_port), ..Default::default() },
+    ];
+    let selector = BTreeMap::from([(LABEL_DEPLOYMENT.to_owned(), name.to_owned()), (LABEL_ENGINE.to_owned(), "true".to_owned())]);
     Service {
-        metadata: meta(service_name(name, role), ns, common_labels(name, role.as_str()), owners),
+        metadata: meta(engines_name(name), ns, common_labels(name, ENGINES), owners),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             // Ranks must find their leader by DNS before anything is Ready.
@@ -918,9 +923,7 @@ pub fn render_sets(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions,
     }
     let owners = owner_refs(pdd);
     let mut out = Rendered::default();
-    for role in [Role::Prefill, Role::Decode] {
-        out.services.push(headless_service(spec, role, name, &ns, &owners));
-    }
+    out.services.push(headless_service(spec, name, &ns, &owners));
     let set = sets.target;
     let prefill_addresses: Vec<String> =
         (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port, set)).collect();

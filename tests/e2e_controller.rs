@@ -123,7 +123,7 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
     assert_eq!(status["prefill"]["readyReplicas"], 1);
     assert_eq!(status["decode"]["readyReplicas"], 2);
     assert_eq!(status["decode"]["ready"], "2/2");
-    assert_eq!(status["endpoints"]["prefill"][0]["bootstrap"], format!("dsv3-prefill-0-0.dsv3-prefill.{}.svc:8998", ns.name));
+    assert_eq!(status["endpoints"]["prefill"][0]["bootstrap"], format!("dsv3-prefill-0-0.dsv3-engines.{}.svc:8998", ns.name));
     // The page size both roles run with (the example's 64, kept by the Hopper MLA backends).
     assert_eq!(status["pageSize"], 64);
     // The decode pods served only once their gate passed: here the kwok tier's stage plays the

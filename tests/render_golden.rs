@@ -60,7 +60,7 @@ fn object_inventory_matches_the_layout() {
     let names: Vec<_> = r.pods().filter_map(|p| p.metadata.name.clone()).collect();
     assert_eq!(names, ["r1-prefill-0-0", "r1-prefill-0-1", "r1-decode-0-0"]);
     let svcs: Vec<_> = r.services.iter().filter_map(|s| s.metadata.name.clone()).collect();
-    assert_eq!(svcs, ["r1-prefill", "r1-decode", "r1-router"]);
+    assert_eq!(svcs, ["r1-engines", "r1-router"]);
     for p in r.pods() {
         let l = p.metadata.labels.as_ref().unwrap();
         assert_eq!(l["app.kubernetes.io/managed-by"], "pd-operator");
@@ -69,7 +69,8 @@ fn object_inventory_matches_the_layout() {
         let spec = p.spec.as_ref().unwrap();
         let gpus = &spec.containers[0].resources.as_ref().unwrap().limits.as_ref().unwrap()["nvidia.com/gpu"];
         assert_eq!(gpus.0, "8");
-        assert_eq!(spec.subdomain.as_deref(), Some(if l["pd.inference.dev/role"] == "prefill" { "r1-prefill" } else { "r1-decode" }));
+        assert_eq!(spec.subdomain.as_deref(), Some("r1-engines"), "one Service names every engine pod");
+        assert_eq!(l["pd.inference.dev/engine"], "true");
     }
     // Decode pods carry the handshake sidecar as a native sidecar and its readiness gate.
     let decode = r.pods().find(|p| p.metadata.name.as_deref() == Some("r1-decode-0-0")).unwrap().spec.clone().unwrap();
@@ -77,7 +78,23 @@ fn object_inventory_matches_the_layout() {
     assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
     assert_eq!(decode.readiness_gates.unwrap()[0].condition_type, "pd.inference.dev/handshake");
     let cm = &r.config_maps[0];
-    assert_eq!(cm.data.as_ref().unwrap()["prefill-addresses"], "r1-prefill-0-0.r1-prefill.ml.svc:8998\n");
+    assert_eq!(cm.data.as_ref().unwrap()["prefill-addresses"], "r1-prefill-0-0.r1-engines.ml.svc:8998\n");
+}
+
+#[test]
+fn one_headless_service_selects_every_engine_pod_and_not_the_router() {
+    let r = rendered("multi-node-prefill.yaml");
+    let engines = r.services.iter().find(|s| s.metadata.name.as_deref() == Some("r1-engines")).expect("the engines' Service");
+    let spec = engines.spec.as_ref().unwrap();
+    assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(spec.publish_not_ready_addresses, Some(true), "ranks resolve their leader before anything is Ready");
+    let selector = spec.selector.as_ref().unwrap();
+    let selects = |labels: &std::collections::BTreeMap<String, String>| selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+    for p in r.pods() {
+        assert!(selects(p.metadata.labels.as_ref().unwrap()), "{:?} not selected", p.metadata.name);
+    }
+    let router = r.deployments[0].spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    assert!(!selects(router), "the router's pods are not engines: {router:?}");
 }
 
 #[test]

@@ -509,12 +509,27 @@ where
     (reader, reflector::reflector(writer, events).touched_objects())
 }
 
-/// What reconciles read of a pod: metadata, phase and conditions (see `ObservedPod`); the spec
-/// and container statuses are most of its memory.
+/// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
+/// deployment label and the labels, annotations, phase and conditions the planner reads. The spec,
+/// container statuses, other labels and the conditions' other timestamps are most of a pod's memory, and the
+/// cache holds every pod.
 fn slim_pod(p: &mut Pod) {
     p.spec = None;
+    let m = &mut p.metadata;
+    if let Some(labels) = m.labels.as_mut() {
+        labels.retain(|k, _| k == LABEL_DEPLOYMENT || plan::READ_LABELS.contains(&k.as_str()));
+    }
+    if let Some(annotations) = m.annotations.as_mut() {
+        annotations.retain(|k, _| plan::READ_ANNOTATIONS.contains(&k.as_str()));
+    }
     if let Some(s) = p.status.as_mut() {
-        *s = k8s_openapi::api::core::v1::PodStatus { phase: s.phase.take(), conditions: s.conditions.take(), ..Default::default() };
+        let mut conditions = s.conditions.take().unwrap_or_default();
+        conditions.retain(|c| plan::READ_CONDITIONS.contains(&c.type_.as_str()));
+        for c in &mut conditions {
+            // lastTransitionTime stays: the planner's minReadySeconds counts from Ready's.
+            (c.last_probe_time, c.observed_generation) = (None, None);
+        }
+        *s = k8s_openapi::api::core::v1::PodStatus { phase: s.phase.take(), conditions: Some(conditions), ..Default::default() };
     }
 }
 
@@ -755,6 +770,54 @@ mod tests {
         let mut mapped = ready.clone();
         mapped.rank_map = vec![Default::default()];
         assert!(urgent(&ready, &mapped), "a new rank map is written at once");
+    }
+
+    #[test]
+    fn a_slim_pod_tells_the_planner_what_the_whole_pod_does() {
+        let mut pdd = crate::api::PDDeployment::new(
+            "p",
+            serde_json::from_value(serde_json::json!({
+                "engine": {"type": "sim"}, "model": {"path": "deepseek-ai/DeepSeek-V3"}, "kvTransfer": {"pageSize": 64},
+                "prefill": {"replicas": 1, "parallelism": {"tp": 1}}, "decode": {"replicas": 1, "parallelism": {"tp": 1}},
+            }))
+            .unwrap(),
+        );
+        pdd.metadata.namespace = Some("ns".into());
+        let rendered = crate::render::render(&pdd, &crate::model::resolve(&pdd.spec.model, None), &RenderOptions::default()).unwrap();
+        let mut pod = rendered.pods().find(|p| p.metadata.labels.as_ref().unwrap()[crate::render::LABEL_ROLE] == "decode").unwrap().clone();
+        let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(crate::render::DRAINING_SINCE.into(), "2026-12-01T05:00:00Z".into());
+        annotations.insert(crate::handshake::RANK_MAP_ANNOTATION.into(), "[]".into());
+        annotations.insert("other".into(), "x".repeat(4096));
+        let condition = |type_: &str, status: &str, reason: &str| k8s_openapi::api::core::v1::PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(format!("{type_} says {reason}")),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())),
+            ..Default::default()
+        };
+        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![
+                condition("PodScheduled", "False", "Unschedulable"),
+                condition("Initialized", "True", "Done"),
+                condition("Ready", "True", "Ready"),
+                condition(crate::handshake::HANDSHAKE_CONDITION, "False", "PageSizeMismatch"),
+            ]),
+            container_statuses: Some(vec![Default::default()]),
+            ..Default::default()
+        });
+        let mut slim = pod.clone();
+        slim_pod(&mut slim);
+        let observed = plan::ObservedPod::from_pod(&pod).expect("an engine pod");
+        assert_eq!(plan::ObservedPod::from_pod(&slim), Some(observed.clone()));
+        assert!(observed.ready && observed.unschedulable.is_some() && observed.draining_since.is_some(), "{observed:?}");
+        assert!(observed.handshake.as_ref().is_some_and(|h| !h.passed && h.rank_map.is_some()), "{observed:?}");
+        assert_eq!(slim.metadata.labels.as_ref().unwrap()[LABEL_DEPLOYMENT], "p", "children are found by it");
+        assert_eq!((&slim.metadata.owner_references, &slim.metadata.uid), (&pod.metadata.owner_references, &pod.metadata.uid));
+        let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
+        assert!(size(&slim) * 4 < size(&pod), "slim {} of {} bytes", size(&slim), size(&pod));
     }
 
     #[test]

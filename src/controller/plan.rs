@@ -7,7 +7,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{Role, RolloutSpec};
+use crate::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use crate::render::{DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
+
+const POD_READY: &str = "Ready";
+const POD_SCHEDULED: &str = "PodScheduled";
+/// The pod labels, annotations and conditions `ObservedPod::from_pod` reads: the controller's pod
+/// cache keeps only these (and the deployment label it finds a PDDeployment's pods by).
+pub const READ_LABELS: [&str; 5] = [LABEL_ROLE, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_KV_SET];
+pub const READ_ANNOTATIONS: [&str; 3] = [DRAINING_SINCE, RANK_MAP_ANNOTATION, KV_CONTRACT];
+pub const READ_CONDITIONS: [&str; 3] = [POD_READY, POD_SCHEDULED, HANDSHAKE_CONDITION];
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,13 +74,13 @@ impl ObservedPod {
             contract: pod.metadata.annotations.as_ref().and_then(|a| a.get(KV_CONTRACT)).cloned(),
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
-            ready: condition("Ready").is_some_and(|c| c.status == "True"),
-            ready_since: condition("Ready").filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
+            ready: condition(POD_READY).is_some_and(|c| c.status == "True"),
+            ready_since: condition(POD_READY).filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
             draining_since: pod.metadata.annotations.as_ref().and_then(|a| a.get(DRAINING_SINCE)).and_then(|t| t.parse().ok()),
-            unschedulable: condition("PodScheduled")
+            unschedulable: condition(POD_SCHEDULED)
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_default()),
-            handshake: condition(crate::handshake::HANDSHAKE_CONDITION).map(|c| GateCondition {
+            handshake: condition(HANDSHAKE_CONDITION).map(|c| GateCondition {
                 passed: c.status == "True",
                 reason: c.reason.clone().unwrap_or_default(),
                 message: c.message.clone().unwrap_or_default(),
@@ -79,7 +88,7 @@ impl ObservedPod {
                     .metadata
                     .annotations
                     .as_ref()
-                    .and_then(|a| a.get(crate::handshake::RANK_MAP_ANNOTATION))
+                    .and_then(|a| a.get(RANK_MAP_ANNOTATION))
                     .and_then(|text| serde_json::from_str(text).ok()),
             }),
         })

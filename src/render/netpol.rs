@@ -17,7 +17,7 @@ use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_METRICS_PORT, ROUTER_ROLE, common_labels, engine_pods, meta};
+use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_METRICS_PORT, ROUTER_ROLE, common_labels, engine_pods, engines_name, meta};
 use crate::api::{DEFAULT_HTTP_PORT, PDDeploymentSpec};
 
 /// `<name>-engines` and, with the router on, `<name>-router`; none when the spec turns them off.
@@ -34,7 +34,7 @@ pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &O
     } else {
         ingress.push(rule(clients.clone(), &[DEFAULT_HTTP_PORT]));
     }
-    let mut out = vec![policy(format!("{name}-engines"), ns, name, owners, engines, ingress)];
+    let mut out = vec![policy(engines_name(name), ns, name, owners, engines, ingress)];
     if spec.router.enabled {
         // Requests, and the router's Prometheus metrics, from the same clients.
         let ingress = vec![rule(clients, &[spec.router.port, ROUTER_METRICS_PORT])];
