@@ -672,7 +672,7 @@ fn an_incompatible_change_surges_a_new_kv_set_and_moves_the_router_only_to_a_who
     let args = ns.get_json("deployment", "kv-router").unwrap()["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(args.contains("pd.inference.dev/kv-set=1") && !args.contains("kv-set=0"), "{args}");
     let cm = ns.get_json("configmap", "kv-handshake-s1").unwrap();
-    assert!(cm["data"]["prefill-addresses"].as_str().unwrap().starts_with("kv-prefill-0-0-s1.kv-prefill."), "{cm}");
+    assert!(cm["data"]["prefill-addresses"].as_str().unwrap().starts_with("kv-prefill-0-0-s1.kv-engines."), "{cm}");
     wait_for(WAIT, "set 0's ConfigMap to go", || ns.get_json("configmap", "kv-handshake").err().map(drop).ok_or("still there".to_owned()));
     let events = events(&ns);
     let mismatch = "RuntimeError: Page size mismatch: prefill server has page_size=32, but decode server has page_size=64.";

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use super::plan::{self, DeleteReason, ObservedPod, Plan};
 use super::sets::{self, Decision};
@@ -168,7 +168,12 @@ impl<'a> Pass<'a> {
         };
         let want = |role: Role| (spec.instances(role), spec.role(role).nodes_per_instance());
         let want = sets::Want { prefill: want(Role::Prefill), decode: want(Role::Decode) };
-        sets::decide(&self.observed, &desired, self.router(), want)
+        let router = self.router();
+        let decision = sets::decide(&self.observed, &desired, router, want);
+        if decision.target != decision.routed || !decision.retire.is_empty() {
+            info!(target = decision.target, routed = decision.routed, retire = ?decision.retire, ?router, "KV sets");
+        }
+        decision
     }
 
     /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.
