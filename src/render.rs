@@ -817,7 +817,8 @@ fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32, owner
         ..Default::default()
     };
     let deployment = Deployment {
-        metadata: meta(router_name(name), ns, labels.clone(), owners),
+        // The set on the Deployment too: the controller's cache of Deployments drops the template.
+        metadata: meta(router_name(name), ns, pod_labels.clone(), owners),
         spec: DeploymentSpec {
             replicas: Some(r.replicas),
             selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },

@@ -181,7 +181,8 @@ impl<'a> Pass<'a> {
         let wanted = render::router_name(&self.name);
         let deployments = children_in(&self.ctx.stores.deployments, &self.ns, &self.name, &self.uid);
         let d = deployments.iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))?;
-        let labels = d.spec.template.metadata.as_ref()?.labels.as_ref()?;
+        // The Deployment's own label: the cache drops pod templates to save memory.
+        let labels = d.metadata.labels.as_ref()?;
         let set = labels.get(render::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
         let want = d.spec.replicas.unwrap_or(1);
         let rolled = d.status.as_ref().is_some_and(|s| {
