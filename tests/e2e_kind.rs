@@ -254,7 +254,8 @@ fn bench_with(ns: &TestNamespace, pod: &str, target: &str, flags: &[&str]) -> Va
     let cmd = ["pd-operator", "sim", "bench", "--target", target, "--model", TRAFFIC_MODEL, "--max-tokens", "8"];
     let o = cluster().kubectl(&[&args[..], &cmd[..], flags].concat());
     assert!(o.status.success(), "{}", text(&o));
-    wait_for(WAIT, "the load generator to finish", || {
+    // Long enough for a `bench_for` of up to 300 s, and for its pod to start.
+    wait_for(WAIT * 2, "the load generator to finish", || {
         let p = ns.get_json("pod", pod)?;
         match p["status"]["phase"].as_str() {
             Some("Succeeded") => Ok(()),
@@ -639,7 +640,7 @@ fn a_kv_set_surge_under_load_fails_nothing_and_never_pairs_across_sets() {
         let done = count("0", false) == 0 && count("1", true) == 4 && routed == "1";
         done.then_some(()).ok_or_else(|| format!("set 0: {}, set 1: {} ready, routed {routed:?}", count("0", false), count("1", true)))
     };
-    let (report, when) = change_under_load(&ns, ("surge", &target), rollout_pdd(name, 32, "4"), 150, surged);
+    let (report, when) = change_under_load(&ns, ("surge", &target), rollout_pdd(name, 32, "4"), 240, surged);
     eprintln!("incompatible rollout (KV set surge) under load: {report}");
     assert_eq!(when, "Running", "the rollout ended after the load: {report}");
     assert_eq!(report["failed"], 0, "requests failed across a KV set surge: {report}");
