@@ -7,7 +7,7 @@
 # is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
 #   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster, and a failed test's namespace, running
 #   PD_KIND_TESTS=rollout hack/kind-e2e.sh   # only the tests whose names contain "rollout"
-# Without PD_KIND_TESTS, the KV set surge under load is skipped: it fails today (docs/rollouts.md).
+# Without PD_KIND_TESTS, the KV set surge under load is skipped: not yet proven in CI (docs/rollouts.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
