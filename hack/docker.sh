@@ -10,6 +10,15 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${PD_DOCKER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/docker}
 SOCK="$STATE/docker.sock"
 log() { echo "[docker $(date +%H:%M:%S)] $*" >&2; }
+# The containerd our dockerd runs; it can outlive dockerd by a moment, and a new dockerd cannot
+# start its own on the same socket until it is gone.
+our_containerd() { pgrep -f -- "--config $STATE/exec/containerd/containerd.toml" || true; }
+wait_containerd_gone() {
+  for _ in $(seq 1 50); do [ -z "$(our_containerd)" ] && return 0; sleep 0.2; done
+  kill $(our_containerd) 2>/dev/null || true
+  for _ in $(seq 1 50); do [ -z "$(our_containerd)" ] && return 0; sleep 0.2; done
+  log "containerd of a previous dockerd is still running: $(our_containerd)"
+}
 
 case "${1:-up}" in
   down)
@@ -19,6 +28,7 @@ case "${1:-up}" in
       for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
       rm -f "$STATE/dockerd.pid"
     fi
+    wait_containerd_gone
     exit 0 ;;
   up) ;;
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
@@ -38,6 +48,7 @@ if ! command -v dockerd >/dev/null; then
 fi
 mkdir -p "$STATE/data" "$STATE/exec"
 install -m 0755 "$ROOT/hack/image/runc-nosysresource" "$STATE/runc-nosysresource"
+wait_containerd_gone
 log "starting dockerd (data root $STATE/data)"
 dockerd --host "unix://$SOCK" --data-root "$STATE/data" --exec-root "$STATE/exec" --pidfile "$STATE/dockerd.pid" \
   --add-runtime "nosysresource=$STATE/runc-nosysresource" --default-runtime nosysresource \
