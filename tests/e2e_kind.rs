@@ -162,9 +162,15 @@ fn a_page_size_mismatch_keeps_decode_pods_out_of_service_with_sglangs_message() 
         std::thread::sleep(Duration::from_millis(500));
     }
     // smg's discovery routes Ready pods only: the prefill joins the router, the decodes (engines
-    // running, gate failing) do not, and a request finds no decode to go to.
+    // running, gate failing) do not, and a request finds no decode to go to. With no pair, the
+    // router pod itself is not Ready (smg's /readiness), so it is asked through its pod IP.
     let client = Client::start(&ns);
-    let router = format!("{name}-router");
+    let router_pod = wait_for(WAIT, "the router pod's IP", || {
+        let ps = pods(&ns.name, "pd.inference.dev/role=router");
+        ps.first().and_then(|p| p["status"]["podIP"].as_str().map(str::to_owned)).ok_or_else(|| format!("{ps:?}"))
+    });
+    assert!(pods(&ns.name, "pd.inference.dev/role=router").iter().all(|p| !is_ready(p)), "a router with no pair is Ready");
+    let router = router_pod;
     wait_for(WAIT, "the router to discover the prefill", || {
         let w = client.workers(&router)?;
         (w.0 == 1).then_some(()).ok_or_else(|| format!("{w:?}"))
