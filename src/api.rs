@@ -324,6 +324,11 @@ impl PDDeploymentSpec {
         }
     }
 
+    /// Instance indices the role may use: its instances, then the surge instances of a rollout.
+    pub fn instance_slots(&self, role: Role) -> u32 {
+        self.instances(role).saturating_add(self.rollout.max_surge(role))
+    }
+
     /// Instances the role runs: its `replicas` per unit times the units (`spec.replicas`).
     pub fn instances(&self, role: Role) -> u32 {
         let per_unit = u32::try_from(self.role(role).replicas).unwrap_or(0);
@@ -566,10 +571,18 @@ impl Default for RouterSpec {
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSpec {
     /// Instances per role that may be down at once during a spec change (unless the role's own
-    /// `maxUnavailable` says otherwise).
+    /// `maxUnavailable` says otherwise). 0 needs `maxSurge`: the role then never runs below its
+    /// instance count.
     #[serde(default = "one_i32")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 0))]
     pub max_unavailable: i32,
+    /// Extra instances per role that an in-place rollout may bring up at the new revision before
+    /// it takes old ones down (unless the role's own `maxSurge` says otherwise). They go once
+    /// every instance runs the new revision and has served `minReadySeconds`. 0 (the default):
+    /// none. A KV-incompatible change surges a whole KV set instead (see `strategy`).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_SURGE))]
+    pub max_surge: i32,
     /// How far, in percent of its instances, one role's rollout may run ahead of the other's.
     /// 0 (the default): the roles take turns, so the prefill:decode mix of revisions stays even.
     #[serde(default)]
@@ -604,6 +617,7 @@ impl Default for RolloutSpec {
     fn default() -> Self {
         Self {
             max_unavailable: 1,
+            max_surge: 0,
             max_skew: 0,
             drain_seconds: default_drain_seconds(),
             min_ready_seconds: default_min_ready_seconds(),
@@ -622,6 +636,9 @@ fn default_min_ready_seconds() -> i32 {
     10
 }
 
+/// The most surge instances a role may have (`rollout.maxSurge`).
+pub const MAX_SURGE: u32 = 16;
+
 /// `rollout.strategy`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
 pub enum RolloutStrategy {
@@ -636,8 +653,12 @@ pub enum RolloutStrategy {
 pub struct RoleRollout {
     /// Overrides `rollout.maxUnavailable` for this role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 0))]
     pub max_unavailable: Option<i32>,
+    /// Overrides `rollout.maxSurge` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_SURGE))]
+    pub max_surge: Option<i32>,
     /// Instances with an index below this keep the revision they run (a canary: only instances
     /// `partition` and up update). 0, the default: every instance updates. An instance below the
     /// partition that has to be recreated comes back at the new revision.
@@ -660,9 +681,16 @@ impl RolloutSpec {
         }
     }
 
-    /// Instances of `role` that may be down at once during a rollout (at least 1).
+    /// Instances of `role` that may be down at once during a rollout (at least 1 unless the role
+    /// surges).
     pub fn max_unavailable(&self, role: Role) -> u32 {
-        u32::try_from(self.role(role).max_unavailable.unwrap_or(self.max_unavailable)).unwrap_or(1).max(1)
+        let n = u32::try_from(self.role(role).max_unavailable.unwrap_or(self.max_unavailable)).unwrap_or(1);
+        if self.max_surge(role) == 0 { n.max(1) } else { n }
+    }
+
+    /// Extra instances of `role` an in-place rollout may run beside the old ones.
+    pub fn max_surge(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).max_surge.unwrap_or(self.max_surge)).unwrap_or(0).min(MAX_SURGE)
     }
 
     /// Instances of `role` below this index are not updated.

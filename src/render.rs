@@ -15,9 +15,10 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
+use kube::core::{Expression, Selector};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -106,6 +107,10 @@ pub struct Rendered {
     pub role_bindings: Vec<RoleBinding>,
     /// Engine pods, one entry per instance of each role.
     pub instances: Vec<InstancePods>,
+    /// The instances an in-place rollout may add beside a role's own (`rollout.maxSurge`),
+    /// numbered after them; the planner creates them only while the role rolls.
+    #[serde(skip)]
+    pub surge: Vec<InstancePods>,
     pub deployments: Vec<Deployment>,
     /// Who may reach the engines and the router (`spec.networkPolicy`).
     pub network_policies: Vec<NetworkPolicy>,
@@ -191,6 +196,9 @@ mod erased {
 pub fn engines_name(name: &str) -> String {
     format!("{name}-{ENGINES}")
 }
+/// The highest KV set whose pod host names validation keeps within a DNS label: a PDDeployment
+/// can take 999 incompatible rollouts (each surges into the next set) before its names grow.
+pub const NAMED_KV_SETS: u32 = 999;
 /// Set 0 keeps the plain names; a later set's objects end in `-s<set>`.
 pub fn set_suffix(set: u32) -> String {
     if set == 0 { String::new() } else { format!("-s{set}") }
@@ -224,21 +232,16 @@ pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16, set: u3
     format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance, set))
 }
 
-/// The prefill and decode pods of PDDeployment `name`.
-pub fn engine_pods(name: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(BTreeMap::from([(LABEL_DEPLOYMENT.to_owned(), name.to_owned())])),
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: LABEL_ROLE.into(),
-            operator: "In".into(),
-            values: Some(vec![Role::Prefill.as_str().into(), Role::Decode.as_str().into()]),
-        }]),
-    }
+/// The prefill and decode pods of PDDeployment `name`, as the `/scale` subresource's selector
+/// string (`to_string`) or a `LabelSelector` (`engine_pods`).
+pub fn engine_selector(name: &str) -> Selector {
+    let roles = [Role::Prefill, Role::Decode].map(|r| r.as_str().to_owned());
+    Selector::from_iter([Expression::Equal(LABEL_DEPLOYMENT.into(), name.into()), Expression::In(LABEL_ROLE.into(), roles.into())])
 }
 
-/// `engine_pods` as a label selector string (the `/scale` subresource's form).
-pub fn engine_pods_string(name: &str) -> String {
-    format!("{LABEL_DEPLOYMENT}={name},{LABEL_ROLE} in ({},{})", Role::Decode.as_str(), Role::Prefill.as_str())
+/// `engine_selector` as the `LabelSelector` of NetworkPolicies and topology spread.
+pub fn engine_pods(name: &str) -> LabelSelector {
+    engine_selector(name).into()
 }
 
 pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
@@ -855,6 +858,31 @@ pub struct KvSets {
     pub routed: u32,
 }
 
+/// What a spec's engine pods would be, worked out once per reconcile: the spec with the page size
+/// both roles run with (`resolve::with_page_size`), and per role its revision and KV contract.
+/// The KV-set decision and the render both read it.
+#[derive(Clone, Debug)]
+pub struct Intent {
+    pub pinned: PDDeploymentSpec,
+    revisions: [String; 2],
+    contracts: [String; 2],
+}
+
+impl Intent {
+    pub fn new(spec: &PDDeploymentSpec, facts: &ModelFacts, opts: &RenderOptions) -> Self {
+        let pinned = crate::resolve::with_page_size(spec, facts);
+        let revisions = [Role::Prefill, Role::Decode].map(|role| role_revision(spec, role, opts));
+        let contracts = [Role::Prefill, Role::Decode].map(|role| kv_contract(&pinned, facts, role));
+        Self { pinned, revisions, contracts }
+    }
+    pub fn revision(&self, role: Role) -> &str {
+        &self.revisions[role as usize]
+    }
+    pub fn contract(&self, role: Role) -> &str {
+        &self.contracts[role as usize]
+    }
+}
+
 /// What the pods of `role` report in the handshake, and the model they serve (`KV_CONTRACT`).
 /// `pinned` is the spec with the page size both roles use.
 pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
@@ -868,51 +896,44 @@ pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) ->
 
 /// Renders every child object of `pdd` for KV set 0 (what `pd-operator render` prints).
 pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> Result<Rendered, RenderError> {
-    render_sets(pdd, facts, opts, KvSets::default())
+    render_sets(pdd, facts, &Intent::new(&pdd.spec, facts, opts), opts, KvSets::default())
 }
 
-/// The engine pods of KV set `set`, one entry per instance of each role.
+/// The engine pods of KV set `set`, one entry per instance slot of each role (surge included).
 fn engine_instances(
-    pdd_spec: &PDDeploymentSpec,
-    pinned: &PDDeploymentSpec,
-    facts: &ModelFacts,
+    intent: &Intent,
     at: (&str, &str, u32),
     owners: &Option<Vec<OwnerReference>>,
     opts: &RenderOptions,
 ) -> Vec<InstancePods> {
     let (name, ns, set) = at;
+    let pinned = &intent.pinned;
     let mut out = Vec::new();
     for role in [Role::Prefill, Role::Decode] {
-        let rs = pdd_spec.role(role);
-        let revision = role_revision(pdd_spec, role, opts);
-        let contract = kv_contract(pinned, facts, role);
-        for instance in 0..pdd_spec.instances(role) {
+        let rs = pinned.role(role);
+        let (revision, contract) = (intent.revision(role), intent.contract(role));
+        for instance in 0..pinned.instance_slots(role) {
             let pods = (0..rs.nodes_per_instance())
                 .map(|node| {
-                    let slot = PodSlot {
-                        spec: pinned,
-                        role,
-                        name,
-                        ns,
-                        instance,
-                        node,
-                        set,
-                        revision: &revision,
-                        contract: &contract,
-                        owners,
-                        opts,
-                    };
+                    let slot = PodSlot { spec: pinned, role, name, ns, instance, node, set, revision, contract, owners, opts };
                     slot.pod()
                 })
                 .collect();
-            out.push(InstancePods { role, index: instance, revision: revision.clone(), pods });
+            out.push(InstancePods { role, index: instance, revision: revision.to_owned(), pods });
         }
     }
     out
 }
 
 /// Renders every child object of `pdd`; `facts` is the resolved model (see `model::resolve`).
-pub fn render_sets(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions, sets: KvSets) -> Result<Rendered, RenderError> {
+/// `intent` is `Intent::new` of `pdd.spec`.
+pub fn render_sets(
+    pdd: &PDDeployment,
+    facts: &ModelFacts,
+    intent: &Intent,
+    opts: &RenderOptions,
+    sets: KvSets,
+) -> Result<Rendered, RenderError> {
     let name = pdd.metadata.name.as_deref().ok_or(RenderError::NoName)?;
     let ns = pdd.metadata.namespace.clone().unwrap_or_else(|| opts.default_namespace.clone());
     let spec = &pdd.spec;
@@ -930,8 +951,7 @@ pub fn render_sets(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions,
         (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port, set)).collect();
     // Engines and the sidecar get the page size the operator passes to both roles (the spec's,
     // or the one both resolve when it is unset); the revision stays the spec's.
-    let pinned = crate::resolve::with_page_size(spec, facts);
-    let decode = crate::resolve::decode_topology(&pinned, facts);
+    let decode = crate::resolve::decode_topology(&intent.pinned, facts);
     out.page_size = u32::try_from(decode.page_size).unwrap_or_default();
     let decode_json =
         serde_json::to_string_pretty(&decode).map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
@@ -949,7 +969,9 @@ pub fn render_sets(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions,
     out.service_accounts.extend(account);
     out.roles.push(role);
     out.role_bindings.push(binding);
-    out.instances = engine_instances(spec, &pinned, facts, (name, &ns, set), &owners, opts);
+    let (instances, surge) =
+        engine_instances(intent, (name, &ns, set), &owners, opts).into_iter().partition(|i| i.index < spec.instances(i.role));
+    (out.instances, out.surge) = (instances, surge);
     out.network_policies = netpol::policies(spec, name, &ns, &owners);
     out.pod_groups = placement::pod_groups(spec, name, &ns, set, &owners, opts);
     if spec.router.enabled {

@@ -157,6 +157,7 @@ pub fn validate(name: &str, spec: &PDDeploymentSpec, config: Option<&HfConfig>) 
 pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts) -> Vec<Finding> {
     let mut out = Vec::new();
     check_name(name, spec, &mut out);
+    check_rollout(spec, &mut out);
     if spec.model.path.trim().is_empty() {
         out.push(Finding::error(
             "model-path",
@@ -956,6 +957,26 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
     }
 }
 
+/// A role that may neither take an instance down nor add one could never roll.
+fn check_rollout(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let r = &spec.rollout;
+    for role in [Role::Prefill, Role::Decode] {
+        let unavailable = r.role(role).max_unavailable.unwrap_or(r.max_unavailable);
+        if unavailable == 0 && r.max_surge(role) == 0 {
+            let field = match r.role(role).max_unavailable {
+                Some(_) => format!("spec.rollout.{}.maxUnavailable", role.as_str()),
+                None => "spec.rollout.maxUnavailable".to_owned(),
+            };
+            out.push(Finding::error(
+                "rollout-no-step",
+                field,
+                format!("{} may take no instance down and add none (maxSurge 0): a rollout could never start", role.as_str()),
+                "set maxUnavailable to at least 1, or maxSurge to at least 1 for a rollout that never runs below the instance count",
+            ));
+        }
+    }
+}
+
 fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     let valid_label = !name.is_empty()
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -973,13 +994,18 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         let nodes = rs.nodes_per_instance();
-        let last_instance = spec.instances(role).max(1) - 1;
-        let host = format!("{name}-{}-{last_instance}-{}", role.as_str(), nodes.saturating_sub(1));
+        // Surge instances of an in-place rollout come after the role's instances.
+        let last_instance = spec.instance_slots(role).max(1) - 1;
+        // The longest host name: last instance and node, in the last KV set a rollout names.
+        let host = crate::render::pod_name(name, role, last_instance, nodes.saturating_sub(1), crate::render::NAMED_KV_SETS);
         if host.len() > DNS_LABEL_MAX {
             out.push(Finding::error(
                 "name-too-long",
                 "metadata.name",
-                format!("pod host name {host:?} is {} characters; a DNS label allows {DNS_LABEL_MAX}", host.len()),
+                format!(
+                    "pod host name {host:?} (its KV set suffix included, see rollout) is {} characters; a DNS label allows {DNS_LABEL_MAX}",
+                    host.len()
+                ),
                 format!("shorten the name to at most {} characters", name.len() - (host.len() - DNS_LABEL_MAX)),
             ));
             return;

@@ -609,6 +609,36 @@ fn a_spec_change_rolls_every_instance_and_survives_a_controller_restart() {
     assert!(events(&ns).contains("RolloutInPlace: the new revisions pass the handshake with KV set 0's running pods both ways"));
 }
 
+/// Pods of `role` now in the router's pool: Ready, not terminating, not draining.
+fn serving(ps: &[Value], role: &str) -> usize {
+    let in_pool = |p: &&Value| p["metadata"]["labels"]["pd.inference.dev/serving"] != "false";
+    ps.iter().filter(|p| p["metadata"]["labels"]["pd.inference.dev/role"] == role && running(p) && is_ready(p)).filter(in_pool).count()
+}
+
+#[test]
+fn a_max_surge_rollout_brings_the_new_instance_up_first_and_never_runs_a_role_short() {
+    let ns = TestNamespace::new("maxsurge");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let spec = |mem: &str| {
+        rollout_spec(mem)
+            .replace("rollout: {drainSeconds: 1}", "rollout: {drainSeconds: 1, minReadySeconds: 2, maxSurge: 1, maxUnavailable: 0}")
+    };
+    assert!(ns.apply(&spec("0.80")).status.success());
+    wait_for(WAIT, "the first revision to be ready", || all_updated(&ns));
+    assert!(!uids(&ns, "roll").contains_key("roll-prefill-2-0"), "no surge instance without a rollout");
+    assert!(ns.apply(&spec("0.85")).status.success());
+    let (mut fewest, mut surged) = ((usize::MAX, usize::MAX), BTreeSet::new());
+    wait_for(Duration::from_secs(240), "every instance on the new revision and the surge instances gone", || {
+        let ps = pods(&ns, "roll")?;
+        fewest = (fewest.0.min(serving(&ps, "prefill")), fewest.1.min(serving(&ps, "decode")));
+        let extra = |n: &&str| ["roll-prefill-2-0", "roll-decode-3-0"].contains(n);
+        surged.extend(ps.iter().filter_map(|p| p["metadata"]["name"].as_str()).filter(extra).map(str::to_owned));
+        all_updated(&ns)
+    });
+    assert_eq!(surged, BTreeSet::from(["roll-decode-3-0".to_owned(), "roll-prefill-2-0".to_owned()]), "each role surged one instance");
+    assert_eq!(fewest, (2, 3), "maxUnavailable 0: no role ever had fewer instances in the pool than it runs");
+}
+
 fn surge_spec(page: u32) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: kv}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  kvTransfer: {{pageSize: {page}}}\n  prefill: {{parallelism: {{tp: 2}}}}\n  decode: {{replicas: 2, parallelism: {{tp: 2}}}}\n  rollout: {{drainSeconds: 1}}\n"

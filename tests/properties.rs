@@ -89,8 +89,13 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         prop_assert!(rendered.is_ok(), "{:?}", rendered);
         let rendered = rendered.unwrap();
         prop_assert!(rendered.to_yaml().is_ok());
-        for pod in rendered.pods() {
-            prop_assert!(pod.metadata.name.as_ref().unwrap().len() <= 63);
+        // Host names fit a DNS label in every KV set a rollout names, the last one included.
+        let opts = RenderOptions::default();
+        let last = pd_operator::render::NAMED_KV_SETS;
+        let sets = pd_operator::render::KvSets { target: last, routed: last };
+        let surged = pd_operator::render::render_sets(&pdd, &facts, &pd_operator::render::Intent::new(&spec, &facts, &opts), &opts, sets);
+        for pod in rendered.pods().chain(surged.as_ref().unwrap().pods()) {
+            prop_assert!(pod.spec.as_ref().unwrap().hostname.as_ref().unwrap().len() <= 63);
         }
     }
     Ok(())

@@ -700,7 +700,11 @@ fn names_must_fit_dns_labels() {
     assert!(!validate("dsv3", &spec, None).iter().any(|f| f.rule.starts_with("name-")));
     let long = "a".repeat(55);
     let f = validate(&long, &spec, None);
-    assert!(has(&f, "name-too-long", Severity::Error, "metadata.name", "is 67 characters; a DNS label allows 63"), "{f:#?}");
+    assert!(has(&f, "name-too-long", Severity::Error, "metadata.name", "is 72 characters; a DNS label allows 63"), "{f:#?}");
+    // A name whose set-0 pods fit but whose surged set's pods would not (`-s999`) is refused.
+    let f = validate(&"a".repeat(50), &spec, None);
+    assert!(has(&f, "name-too-long", Severity::Error, "metadata.name", "-s999\" (its KV set suffix included"), "{f:#?}");
+    assert!(!validate(&"a".repeat(45), &spec, None).iter().any(|f| f.rule.starts_with("name-")));
     let f = validate("my.deployment", &spec, None);
     assert!(has(&f, "name-dns-label", Severity::Error, "metadata.name", "not a DNS-1035 label"), "{f:#?}");
 }

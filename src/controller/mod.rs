@@ -649,8 +649,7 @@ async fn reconcile_term(
     let (pod_store, pod_events) = cached(scoped(client, ns), managed.clone(), slim_pod);
     let (service_store, service_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (config_map_store, config_map_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (deployment_store, deployment_events) =
-        cached(scoped(client, ns), managed.clone(), |d: &mut Deployment| d.spec.template = Default::default());
+    let (deployment_store, deployment_events) = cached(scoped(client, ns), managed.clone(), sets::slim_deployment);
     let (account_store, account_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});

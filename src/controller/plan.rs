@@ -169,6 +169,8 @@ pub struct Plan {
 #[derive(Clone, Debug, Default)]
 struct RoleView {
     desired: BTreeMap<u32, Vec<Pod>>,
+    /// The surge instances a rollout may add (`rollout.maxSurge`), numbered after `desired`.
+    surge: BTreeMap<u32, Vec<Pod>>,
     observed: BTreeMap<u32, Vec<ObservedPod>>,
     revision: String,
     /// Instances below this index keep their revision.
@@ -180,7 +182,8 @@ struct RoleView {
 
 impl RoleView {
     fn instance_serving(&self, i: u32) -> bool {
-        let (want, have) = (self.desired.get(&i).map_or(0, Vec::len), self.observed.get(&i));
+        let want = self.desired.get(&i).or_else(|| self.surge.get(&i)).map_or(0, Vec::len);
+        let have = self.observed.get(&i);
         have.is_some_and(|pods| pods.len() == want && pods.iter().all(|p| p.serving() && !p.deleting && !p.failed()))
     }
     /// How long instance `i`, serving, still has to before it counts as available (zero: it does).
@@ -211,12 +214,21 @@ impl RoleView {
     }
 }
 
-fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timestamp) -> RoleView {
+fn view(
+    role: Role,
+    desired: (&[InstancePods], &[InstancePods]),
+    observed: &[ObservedPod],
+    rollout: &RolloutSpec,
+    now: jiff::Timestamp,
+) -> RoleView {
     let min_ready = jiff::SignedDuration::from_secs(i64::from(rollout.min_ready_seconds.max(0)));
     let mut v = RoleView { partition: rollout.partition(role), min_ready, now, ..RoleView::default() };
-    for instance in desired.iter().filter(|i| i.role == role) {
+    for instance in desired.0.iter().filter(|i| i.role == role) {
         v.revision.clone_from(&instance.revision);
         v.desired.insert(instance.index, instance.pods.clone());
+    }
+    for instance in desired.1.iter().filter(|i| i.role == role) {
+        v.surge.insert(instance.index, instance.pods.clone());
     }
     for p in observed.iter().filter(|p| p.role == role) {
         v.observed.entry(p.instance).or_default().push(p.clone());
@@ -225,10 +237,16 @@ fn view(role: Role, desired: &[InstancePods], observed: &[ObservedPod], rollout:
 }
 
 /// Plans one reconcile at `now`; `rollout` bounds how a spec change rolls through each role and
-/// how long a leaving instance drains.
-pub fn plan(desired: &[InstancePods], observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timestamp) -> Plan {
-    let prefill = view(Role::Prefill, desired, observed, rollout, now);
-    let decode = view(Role::Decode, desired, observed, rollout, now);
+/// how long a leaving instance drains. `surge` are the extra instances a rollout may add.
+pub fn plan(
+    desired: &[InstancePods],
+    surge: &[InstancePods],
+    observed: &[ObservedPod],
+    rollout: &RolloutSpec,
+    now: jiff::Timestamp,
+) -> Plan {
+    let prefill = view(Role::Prefill, (desired, surge), observed, rollout, now);
+    let decode = view(Role::Decode, (desired, surge), observed, rollout, now);
     let max_skew = f64::from(rollout.max_skew.clamp(0, 100)) / 100.0;
     let drain = Drain { period: jiff::SignedDuration::from_secs(i64::from(rollout.drain_seconds.max(0))), now };
     let mut out = Plan::default();
@@ -244,7 +262,7 @@ pub fn retire(observed: &[ObservedPod], rollout: &RolloutSpec, now: jiff::Timest
     let drain = Drain { period: jiff::SignedDuration::from_secs(i64::from(rollout.drain_seconds.max(0))), now };
     let mut out = Plan::default();
     for role in [Role::Prefill, Role::Decode] {
-        let v = view(role, &[], observed, rollout, now);
+        let v = view(role, (&[], &[]), observed, rollout, now);
         let mut step = RolePlan { role, v: &v, other: &v, max_skew: 0.0, drain, out: &mut out };
         for (i, pods) in &v.observed {
             step.retire(*i, pods, DeleteReason::Rollout, format!("{} instance {i} {why}", role.as_str()));
@@ -286,21 +304,44 @@ struct Drain {
 
 impl RolePlan<'_> {
     fn plan(mut self, max_unavailable: u32) {
-        self.scale_down();
         let (unavailable, outdated) = self.repair();
+        let (kept, surge_ready) = self.surge(&outdated, unavailable);
+        self.scale_down(kept);
         if !self.waits_for_other(&outdated) {
-            self.roll(outdated, max_unavailable.max(1).saturating_sub(unavailable));
+            self.roll(outdated, (max_unavailable + surge_ready).saturating_sub(unavailable), surge_ready);
         }
+    }
+
+    /// The surge instances: while outdated instances remain, up to one per outdated instance is
+    /// created at the new revision; they stay until every instance serves again, then go.
+    /// Returns the surge indices kept and how many of them are available.
+    fn surge(&mut self, outdated: &[u32], unavailable: u32) -> (Vec<u32>, u32) {
+        let v = self.v;
+        let rolling = !outdated.is_empty();
+        let (mut kept, mut ready) = (Vec::new(), 0);
+        for (i, want) in v.surge.iter().take(if rolling { outdated.len() } else { v.surge.len() }) {
+            let have = v.observed.get(i).map(Vec::as_slice).unwrap_or_default();
+            // Rolled: a surge instance stays while an instance is still down, and none is added.
+            if !rolling && (unavailable == 0 || have.is_empty()) {
+                continue;
+            }
+            kept.push(*i);
+            if !self.replace_if_down(*i, want, have) && v.instance_ready(*i) {
+                ready += 1;
+            }
+        }
+        (kept, ready)
     }
 
     fn delete(&mut self, instance: u32, pods: Vec<String>, reason: DeleteReason, why: String) {
         self.out.deletes.push(InstanceDelete { role: self.role, instance, pods, reason, why });
     }
 
-    /// Instances beyond `replicas` go, less their pods already terminating.
-    fn scale_down(&mut self) {
+    /// Instances beyond `replicas` go (but the surge instances `kept`), less their pods already
+    /// terminating.
+    fn scale_down(&mut self, kept: Vec<u32>) {
         let v = self.v;
-        for (i, pods) in v.observed.iter().filter(|(i, _)| !v.desired.contains_key(i)) {
+        for (i, pods) in v.observed.iter().filter(|(i, _)| !v.desired.contains_key(i) && !kept.contains(i)) {
             self.retire(*i, pods, DeleteReason::ScaleDown, format!("{} instance {i} is beyond replicas", self.role.as_str()));
         }
     }
@@ -380,9 +421,9 @@ impl RolePlan<'_> {
 
     /// Replaces up to `budget` outdated instances, never the last ready one of a role with several.
     /// An instance already draining goes on (its absence is already counted).
-    fn roll(&mut self, outdated: Vec<u32>, mut budget: u32) {
+    fn roll(&mut self, outdated: Vec<u32>, mut budget: u32, surge_ready: u32) {
         let v = self.v;
-        let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count();
+        let mut ready = v.desired.keys().filter(|i| v.instance_ready(**i)).count() + surge_ready as usize;
         for i in outdated {
             let pods = &v.observed[&i];
             let why = format!("{} instance {i} runs an old revision (want {})", self.role.as_str(), v.revision);
@@ -461,13 +502,13 @@ mod tests {
     #[test]
     fn a_steady_state_plans_nothing() {
         let (desired, observed) = steady(2, 2, "r1");
-        assert_eq!(plan(&desired, &observed, &unavailable(1), now()), Plan::default());
+        assert_eq!(plan(&desired, &[], &observed, &unavailable(1), now()), Plan::default());
     }
 
     #[test]
     fn missing_instances_are_created_whole() {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
-        let p = plan(&desired, &[], &unavailable(1), now());
+        let p = plan(&desired, &[], &[], &unavailable(1), now());
         let created: Vec<(Role, u32, usize)> = p.creates.iter().map(|(r, i, pods)| (*r, *i, pods.len())).collect();
         assert_eq!(created, vec![(Role::Prefill, 0, 2), (Role::Decode, 0, 1)]);
         assert!(p.deletes.is_empty());
@@ -480,7 +521,7 @@ mod tests {
         let mut leaving = have(Role::Decode, 3, 0, "r1");
         leaving.deleting = true;
         observed.push(leaving);
-        let p = plan(&desired, &observed, &unavailable(1), now());
+        let p = plan(&desired, &[], &observed, &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Decode, 2, DeleteReason::ScaleDown), (Role::Decode, 3, DeleteReason::ScaleDown)]);
         assert_eq!(p.deletes[0].pods, vec!["decode-2-0".to_owned()]);
         assert!(p.deletes[1].pods.is_empty(), "a pod already terminating is not deleted again");
@@ -491,12 +532,12 @@ mod tests {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let mut failed = have(Role::Prefill, 0, 1, "r1");
         failed.phase = "Failed".into();
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
+        let p = plan(&desired, &[], &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert_eq!(p.deletes[0].pods.len(), 2, "both ranks go: a multi-node engine cannot survive a lost rank");
         assert!(p.deletes[0].why.contains("prefill-0-1 is Failed"), "{}", p.deletes[0].why);
         // Node 1 vanished: same.
-        let p = plan(&desired, &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
+        let p = plan(&desired, &[], &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert!(p.deletes[0].why.contains("prefill-0-1 disappeared"), "{}", p.deletes[0].why);
     }
@@ -505,7 +546,7 @@ mod tests {
     fn an_instance_still_terminating_is_left_alone() {
         let (desired, mut observed) = steady(1, 1, "r1");
         observed[0].deleting = true;
-        assert_eq!(plan(&desired, &observed, &unavailable(1), now()), Plan::default());
+        assert_eq!(plan(&desired, &[], &observed, &unavailable(1), now()), Plan::default());
     }
 
     #[test]
@@ -513,17 +554,17 @@ mod tests {
         let (mut desired, observed) = steady(3, 3, "r1");
         roll(&mut desired, Role::Prefill, "r2");
         roll(&mut desired, Role::Decode, "r2");
-        let p = plan(&desired, &observed, &unavailable(1), now());
+        let p = plan(&desired, &[], &observed, &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Rollout), (Role::Decode, 0, DeleteReason::Rollout)]);
-        let p = plan(&desired, &observed, &unavailable(2), now());
+        let p = plan(&desired, &[], &observed, &unavailable(2), now());
         assert_eq!(p.deletes.len(), 4, "two per role: {:?}", deletes(&p));
         // An instance that is down already uses the budget: nothing more goes.
         let mut starting = observed.clone();
         starting[0].ready = false;
         assert!(
-            !plan(&desired, &starting, &unavailable(1), now()).deletes.iter().any(|d| d.role == Role::Prefill),
+            !plan(&desired, &[], &starting, &unavailable(1), now()).deletes.iter().any(|d| d.role == Role::Prefill),
             "{:?}",
-            deletes(&plan(&desired, &starting, &unavailable(1), now()))
+            deletes(&plan(&desired, &[], &starting, &unavailable(1), now()))
         );
     }
 
@@ -534,7 +575,7 @@ mod tests {
         roll(&mut desired, Role::Prefill, "r2");
         observed[1].ready = false; // decode 0 not ready: decode 1 is the last ready one
         // The budget (3, less the one down) would allow both: the guard stops at the last ready one.
-        let p = plan(&desired, &observed, &unavailable(3), now());
+        let p = plan(&desired, &[], &observed, &unavailable(3), now());
         let decode: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Decode).map(|d| d.instance).collect();
         assert_eq!(decode, vec![0], "only the unready outdated instance goes");
         // A role with a single instance may roll it.
@@ -548,7 +589,7 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         // Prefill 0 is on r2 already; decode has not started: prefill waits, decode goes.
         observed[0].revision = "r2".into();
-        let p = plan(&desired, &observed, &unavailable(1), now());
+        let p = plan(&desired, &[], &observed, &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Decode, 0, DeleteReason::Rollout)]);
     }
 
@@ -559,13 +600,13 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         let mut rollout = unavailable(3);
         rollout.prefill.partition = 2;
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         let prefill: Vec<u32> = p.deletes.iter().filter(|d| d.role == Role::Prefill).map(|d| d.instance).collect();
         assert_eq!(prefill, vec![2], "only prefill 2 is at or above the partition");
         // Prefill 2 done: its rollout is complete, and the decode rolls on without waiting for 0 and 1.
         let mut done = observed.clone();
         done[2].revision = "r2".into();
-        let p = plan(&desired, &done, &rollout, now());
+        let p = plan(&desired, &[], &done, &rollout, now());
         assert!(p.deletes.iter().all(|d| d.role == Role::Decode), "{:?}", deletes(&p));
         assert!(!p.deletes.is_empty());
     }
@@ -578,7 +619,7 @@ mod tests {
         observed[0].revision = "r2".into(); // prefill 1/4 ahead of decode 0/4
         let prefill_goes = |skew: i32| {
             let rollout = RolloutSpec { max_skew: skew, ..unavailable(1) };
-            plan(&desired, &observed, &rollout, now()).deletes.iter().any(|d| d.role == Role::Prefill)
+            plan(&desired, &[], &observed, &rollout, now()).deletes.iter().any(|d| d.role == Role::Prefill)
         };
         assert!(!prefill_goes(0), "in step: prefill waits for decode");
         assert!(!prefill_goes(20), "25% ahead is more than 20%");
@@ -592,7 +633,7 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         let mut rollout = unavailable(1);
         rollout.decode.max_unavailable = Some(3);
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         let count = |role| p.deletes.iter().filter(|d| d.role == role).count();
         assert_eq!((count(Role::Prefill), count(Role::Decode)), (1, 2), "decode takes 3 but keeps its last ready instance");
     }
@@ -603,7 +644,7 @@ mod tests {
         observed.push(have(Role::Decode, 1, 0, "r1"));
         let rollout = RolloutSpec { drain_seconds: 30, ..unavailable(1) };
         // First: out of the pool, nothing deleted yet.
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         assert!(p.deletes.is_empty(), "{:?}", deletes(&p));
         assert_eq!(
             p.drains.iter().map(|d| (d.role, d.instance, d.pods.clone())).collect::<Vec<_>>(),
@@ -611,12 +652,12 @@ mod tests {
         );
         // Draining for 10 s: wait 20 s more.
         observed[2].draining_since = Some(now() - jiff::SignedDuration::from_secs(10));
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         assert!(p.deletes.is_empty() && p.drains.is_empty());
         assert_eq!(p.requeue_in, Some(std::time::Duration::from_secs(20)));
         // 30 s: deleted.
         observed[2].draining_since = Some(now() - jiff::SignedDuration::from_secs(30));
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         assert_eq!(deletes(&p), vec![(Role::Decode, 1, DeleteReason::ScaleDown)]);
     }
 
@@ -627,11 +668,11 @@ mod tests {
         roll(&mut desired, Role::Decode, "r2");
         observed[2].revision = "r2".into(); // decode done: prefill may go
         let rollout = RolloutSpec { drain_seconds: 30, ..unavailable(1) };
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         assert_eq!(p.drains.len(), 1, "one prefill drains first: {:?}", p.drains);
         observed[0].draining_since = Some(now());
         assert!(!observed[0].serving(), "a draining pod is out of the pool");
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         assert!(p.drains.is_empty(), "the budget of 1 is taken by the draining instance: {:?}", p.drains);
     }
 
@@ -642,10 +683,52 @@ mod tests {
         observed[0] =
             ObservedPod { revision: "r2".into(), ready_since: Some(now() - jiff::SignedDuration::from_secs(4)), ..observed[0].clone() };
         let rollout = RolloutSpec { min_ready_seconds: 10, ..unavailable(1) };
-        let p = plan(&desired, &observed, &rollout, now());
+        let p = plan(&desired, &[], &observed, &rollout, now());
         assert!(p.deletes.is_empty() && p.drains.is_empty(), "instance 0 has served 4 s of 10: {p:?}");
         assert_eq!(p.requeue_in, Some(std::time::Duration::from_secs(6)));
-        let later = plan(&desired, &observed, &rollout, now() + jiff::SignedDuration::from_secs(6));
+        let later = plan(&desired, &[], &observed, &rollout, now() + jiff::SignedDuration::from_secs(6));
         assert_eq!(deletes(&later), vec![(Role::Prefill, 1, DeleteReason::Rollout)]);
+    }
+
+    #[test]
+    fn a_surge_instance_comes_up_first_and_goes_once_every_instance_serves_again() {
+        // One prefill, maxSurge 1, maxUnavailable 0: the role never runs below one instance.
+        let (mut desired, mut observed) = steady(1, 1, "r1");
+        roll(&mut desired, Role::Prefill, "r2");
+        let surge = vec![want(Role::Prefill, 1, 1, "r2")];
+        let rollout = RolloutSpec { max_surge: 1, max_unavailable: 0, drain_seconds: 0, ..RolloutSpec::default() };
+        let p = plan(&desired, &surge, &observed, &rollout, now());
+        let created: Vec<(Role, u32)> = p.creates.iter().map(|(r, i, _)| (*r, *i)).collect();
+        assert_eq!((created, deletes(&p)), (vec![(Role::Prefill, 1)], vec![]), "the surge instance first, nothing down");
+        // Up but not yet served minReadySeconds: instance 0 stays.
+        let fresh = Some(now() - jiff::SignedDuration::from_secs(3));
+        observed.push(ObservedPod { ready_since: fresh, ..have(Role::Prefill, 1, 0, "r2") });
+        let p = plan(&desired, &surge, &observed, &rollout, now());
+        assert!(p.creates.is_empty() && p.deletes.is_empty(), "{p:?}");
+        // Available: now instance 0 rolls.
+        observed[2].ready_since = Some(now() - jiff::SignedDuration::from_secs(60));
+        let p = plan(&desired, &surge, &observed, &rollout, now());
+        assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Rollout)]);
+        // Instance 0 back at r2 but still within minReadySeconds: the surge instance stays.
+        observed[0] = ObservedPod { ready_since: fresh, ..have(Role::Prefill, 0, 0, "r2") };
+        let p = plan(&desired, &surge, &observed, &rollout, now());
+        assert!(p.deletes.is_empty(), "{p:?}");
+        // Every instance serves: the surge instance goes.
+        observed[0].ready_since = None;
+        let p = plan(&desired, &surge, &observed, &rollout, now());
+        assert_eq!(deletes(&p), vec![(Role::Prefill, 1, DeleteReason::ScaleDown)]);
+        assert!(p.creates.is_empty());
+    }
+
+    #[test]
+    fn with_no_rollout_no_surge_instance_is_made() {
+        let (desired, mut observed) = steady(1, 1, "r1");
+        let surge = vec![want(Role::Prefill, 1, 1, "r1")];
+        let rollout = RolloutSpec { max_surge: 1, max_unavailable: 0, drain_seconds: 0, ..RolloutSpec::default() };
+        assert_eq!(plan(&desired, &surge, &observed, &rollout, now()), Plan::default());
+        // A crashed instance is recreated; no surge instance is added for it.
+        observed[0].phase = "Failed".into();
+        let p = plan(&desired, &surge, &observed, &rollout, now());
+        assert!(p.creates.iter().all(|(_, i, _)| *i == 0), "{p:?}");
     }
 }

@@ -45,15 +45,16 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if !problems.is_empty() {
             return pass.report_invalid(problems).await;
         }
-        let sets = pass.decide_sets(&facts);
-        let mut rendered = render::render_sets(pdd, &facts, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
+        let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render);
+        let sets = pass.decide_sets(&intent);
+        let mut rendered = render::render_sets(pdd, &facts, &intent, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
         // The sidecars of an older set's decodes still patch their own gates.
         let older = pass.observed.iter().filter(|p| p.set != sets.target && p.role == Role::Decode).map(|p| p.name.clone());
         render::grant_decode_pods(&mut rendered, &pass.name, older);
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = pass.plan(&rendered, &sets);
         let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome, sets, rendered.page_size).await
+        pass.report(router_ready, outcome, (sets, &intent), rendered.page_size).await
     }
     .instrument(span)
     .await;
@@ -100,6 +101,8 @@ struct Pass<'a> {
     status_key: String,
     known: Option<PDDeploymentStatus>,
     observed: Vec<ObservedPod>,
+    /// The KV sets the PDDeployment's router pods pair, terminating pods included.
+    router_pod_sets: BTreeSet<String>,
     now: Time,
 }
 
@@ -112,15 +115,27 @@ struct Outcome {
 impl<'a> Pass<'a> {
     async fn observe(ctx: &'a Context, pdd: &'a PDDeployment, ns: String, name: String, uid: String) -> Result<Self, Error> {
         ctx.stores.ready().await?;
-        let mut observed: Vec<ObservedPod> =
-            children_in(&ctx.stores.pods, &ns, &name, &uid).iter().filter_map(|p| ObservedPod::from_pod(p)).collect();
+        // One scan of the pod cache: the engine pods (owned by the PDDeployment) and its router's
+        // pods (owned by a ReplicaSet).
+        let (mut observed, mut router_pod_sets) = (Vec::new(), BTreeSet::new());
+        let label = |p: &Pod, key: &str| p.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+        let mine = ctx.stores.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns.as_str()) && label(p, render::LABEL_DEPLOYMENT).as_deref() == Some(name.as_str())
+        });
+        for pod in &mine {
+            if super::owned_by(&pod.metadata, &uid) {
+                observed.extend(ObservedPod::from_pod(pod));
+            } else if label(pod, render::LABEL_ROLE).as_deref() == Some(render::ROUTER_ROLE) {
+                router_pod_sets.insert(label(pod, render::LABEL_KV_SET).unwrap_or_default());
+            }
+        }
         // The cache hands pods out in no fixed order; messages that list them must not churn.
         observed.sort_by(|a, b| a.name.cmp(&b.name));
         let status_key = format!("{ns}/{name}/{uid}");
         let known = ctx.known_status(&status_key, pdd);
         // Seen in the cache: from now on, a missing pod is really gone.
         ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
-        Ok(Self { ctx, pdd, ns, name, uid, status_key, known, observed, now: Time(jiff::Timestamp::now()) })
+        Ok(Self { ctx, pdd, ns, name, uid, status_key, known, observed, router_pod_sets, now: Time(jiff::Timestamp::now()) })
     }
 
     fn status_inputs<'s>(&'s self, validation: Result<(), String>, revisions: (&'s str, &'s str)) -> status::StatusInputs<'s> {
@@ -155,15 +170,11 @@ impl<'a> Pass<'a> {
     }
 
     /// Which KV set new pods go to and which the router pairs (`sets::decide`).
-    fn decide_sets(&self, facts: &ModelFacts) -> Decision {
+    fn decide_sets(&self, intent: &render::Intent) -> Decision {
         let spec = &self.pdd.spec;
-        let pinned = crate::resolve::with_page_size(spec, facts);
-        let contracts = (render::kv_contract(&pinned, facts, Role::Prefill), render::kv_contract(&pinned, facts, Role::Decode));
-        let revisions =
-            (render::role_revision(spec, Role::Prefill, &self.ctx.render), render::role_revision(spec, Role::Decode, &self.ctx.render));
         let desired = sets::Desired {
-            contracts: (&contracts.0, &contracts.1),
-            revisions: (&revisions.0, &revisions.1),
+            contracts: (intent.contract(Role::Prefill), intent.contract(Role::Decode)),
+            revisions: (intent.revision(Role::Prefill), intent.revision(Role::Decode)),
             always_surge: spec.rollout.strategy == RolloutStrategy::Surge,
         };
         let want = |role: Role| (spec.instances(role), spec.role(role).nodes_per_instance());
@@ -181,35 +192,14 @@ impl<'a> Pass<'a> {
         let wanted = render::router_name(&self.name);
         let deployments = children_in(&self.ctx.stores.deployments, &self.ns, &self.name, &self.uid);
         let d = deployments.iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))?;
-        // The Deployment's own label: the cache drops pod templates to save memory.
-        let labels = d.metadata.labels.as_ref()?;
-        let set = labels.get(render::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let want = d.spec.replicas.unwrap_or(1);
-        let rolled = d.status.as_ref().is_some_and(|s| {
-            s.observed_generation >= d.metadata.generation
-                && s.replicas.unwrap_or(0) == want
-                && s.updated_replicas.unwrap_or(0) == want
-                && s.available_replicas.unwrap_or(0) >= want
-        });
-        // A router pod of another set, terminating included, may still pair that set's pods on
-        // the connections it keeps open: the set stays until the pod is gone.
-        let set_label = set.to_string();
-        let stragglers = self.ctx.stores.pods.state_filter(|p| {
-            let labels = p.metadata.labels.as_ref();
-            let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-            p.metadata.namespace.as_deref() == Some(self.ns.as_str())
-                && label(render::LABEL_DEPLOYMENT) == Some(self.name.as_str())
-                && label(render::LABEL_ROLE) == Some(render::ROUTER_ROLE)
-                && label(render::LABEL_KV_SET) != Some(set_label.as_str())
-        });
-        Some(sets::Router { set, settled: rolled && stragglers.is_empty() })
+        sets::Router::observe(d, &self.router_pod_sets)
     }
 
     /// The target set's rollout, and the retirement of the sets the router left.
     fn plan(&self, rendered: &Rendered, sets: &Decision) -> Plan {
         let (rollout, now) = (&self.pdd.spec.rollout, jiff::Timestamp::now());
         let of = |set: u32| -> Vec<ObservedPod> { self.observed.iter().filter(|p| p.set == set).cloned().collect() };
-        let mut plan = plan::plan(&rendered.instances, &of(sets.target), rollout, now);
+        let mut plan = plan::plan(&rendered.instances, &rendered.surge, &of(sets.target), rollout, now);
         for old in &sets.retire {
             let why = format!("of KV set {old} goes: the router pairs set {}", sets.routed);
             plan.merge(plan::retire(&of(*old), rollout, now, &why));
@@ -375,9 +365,14 @@ impl<'a> Pass<'a> {
 
     /// Computes the status; writes it now, or later when it is only progress (coalesced).
     /// The status counts the pods of the set the router pairs; the KV sets are reported beside.
-    async fn report(self, router_ready: Option<i32>, outcome: Outcome, sets: Decision, page_size: u32) -> Result<Action, Error> {
-        let (ctx, spec) = (self.ctx, &self.pdd.spec);
-        let revisions = (render::role_revision(spec, Role::Prefill, &ctx.render), render::role_revision(spec, Role::Decode, &ctx.render));
+    async fn report(
+        self,
+        router_ready: Option<i32>,
+        outcome: Outcome,
+        decided: (Decision, &render::Intent),
+        page_size: u32,
+    ) -> Result<Action, Error> {
+        let (ctx, (sets, intent)) = (self.ctx, decided);
         let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
         let inputs = status::StatusInputs {
             router_ready,
@@ -385,7 +380,7 @@ impl<'a> Pass<'a> {
             observed: &routed,
             kv_set: Some(sets.status),
             page_size: Some(page_size),
-            ..self.status_inputs(Ok(()), (&revisions.0, &revisions.1))
+            ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
         };
         let next = status::compute(&inputs);
         if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use serde_json::Value;
 
 use super::plan::ObservedPod;
@@ -24,6 +25,32 @@ pub const SURGE: &str = "Surge";
 pub struct Router {
     pub set: u32,
     pub settled: bool,
+}
+
+impl Router {
+    /// The router Deployment as the controller's cache holds it (`slim_deployment`): the set on
+    /// its own label, and whether its rollout is over. `pod_sets` are the sets its pods carry,
+    /// terminating pods included: a pod of another set may still pair that set's pods on the
+    /// connections it keeps open, so the rollout is not over until it is gone.
+    pub fn observe(d: &Deployment, pod_sets: &BTreeSet<String>) -> Option<Router> {
+        let set: u32 = d.metadata.labels.as_ref()?.get(crate::render::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let want = d.spec.replicas.unwrap_or(1);
+        let rolled = d.status.as_ref().is_some_and(|s| {
+            s.observed_generation >= d.metadata.generation
+                && s.replicas.unwrap_or(0) == want
+                && s.updated_replicas.unwrap_or(0) == want
+                && s.available_replicas.unwrap_or(0) >= want
+        });
+        let stragglers = pod_sets.iter().any(|s| *s != set.to_string());
+        Some(Router { set, settled: rolled && !stragglers })
+    }
+}
+
+/// What the controller's Deployment cache keeps: the metadata (`sync_children` reads the applied
+/// hash), `spec.replicas` and the status, which is all `Router::observe` reads. The pod template
+/// is most of a Deployment's memory.
+pub fn slim_deployment(d: &mut Deployment) {
+    d.spec = DeploymentSpec { replicas: d.spec.replicas, ..Default::default() };
 }
 
 /// What the spec's pods would be: their (prefill, decode) KV contracts and revisions, and whether
@@ -152,6 +179,36 @@ mod tests {
 
     fn pair(set: u32, contract: &(String, String)) -> Vec<ObservedPod> {
         vec![pod(Role::Prefill, 0, set, contract), pod(Role::Decode, 0, set, contract)]
+    }
+
+    #[test]
+    fn the_router_is_read_the_same_from_the_slim_cache_and_waits_for_pods_of_another_set() {
+        let spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"path": "m"}, "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}}
+        }))
+        .unwrap();
+        let pdd = crate::api::PDDeployment::new("m", spec.clone());
+        let intent = crate::render::Intent::new(&spec, &crate::model::resolve(&spec.model, None), &Default::default());
+        let sets = crate::render::KvSets { target: 2, routed: 2 };
+        let rendered = crate::render::render_sets(&pdd, &crate::model::resolve(&spec.model, None), &intent, &Default::default(), sets);
+        let mut d = rendered.unwrap().deployments.remove(0);
+        d.metadata.generation = Some(3);
+        d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            observed_generation: Some(3),
+            replicas: Some(1),
+            updated_replicas: Some(1),
+            available_replicas: Some(1),
+            ..Default::default()
+        });
+        let mut slim = d.clone();
+        slim_deployment(&mut slim);
+        let only = |s: &str| BTreeSet::from([s.to_owned()]);
+        assert_eq!(Router::observe(&d, &only("2")), Some(Router { set: 2, settled: true }));
+        assert_eq!(Router::observe(&slim, &only("2")), Router::observe(&d, &only("2")));
+        let both = BTreeSet::from(["1".to_owned(), "2".to_owned()]);
+        assert_eq!(Router::observe(&slim, &both), Some(Router { set: 2, settled: false }), "a pod of set 1 is left");
+        let size = |d: &Deployment| serde_json::to_vec(d).unwrap().len();
+        assert!(size(&slim) * 3 < size(&d), "slim {} of {} bytes", size(&slim), size(&d));
     }
 
     const ONE: Want = Want { prefill: (1, 1), decode: (1, 1) };

@@ -174,7 +174,7 @@ fn units(inputs: &StatusInputs) -> i32 {
 
 /// The PDDeployment's engine pods as a label selector string.
 fn engine_selector(pdd: &PDDeployment) -> String {
-    render::engine_pods_string(pdd.metadata.name.as_deref().unwrap_or_default())
+    render::engine_selector(pdd.metadata.name.as_deref().unwrap_or_default()).to_string()
 }
 
 /// The leaders of the KV set `set` (the one the router pairs).

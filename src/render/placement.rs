@@ -95,7 +95,8 @@ pub(super) fn pod_groups(
     let mut out = Vec::new();
     for role in [Role::Prefill, Role::Decode].into_iter().filter(|r| gang(spec, opts, *r)) {
         let nodes = spec.role(role).nodes_per_instance();
-        for i in 0..spec.instances(role) {
+        // Surge slots included: a rollout's extra instance must find its gang.
+        for i in 0..spec.instance_slots(role) {
             out.push(PodGroup {
                 metadata: meta(pod_group_name(name, role, i, set), ns, set_labels(name, role, set), owners),
                 spec: PodGroupSpec {
