@@ -13,6 +13,17 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(180);
 
+/// The tests that put the sim engines and the gateway under sustained load take turns. This tier's
+/// machine has two cores for the kind node, its control plane, the engines, the gateways and the
+/// load generators: with the KV set surge's load (220 requests/s) beside the in-place rollout's,
+/// the in-place one failed 17,109 of 29,448 requests with 503 (CI, 2026-12-01), though it fails
+/// none alone. The light tests still run beside them.
+static UNDER_LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_load_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    UNDER_LOAD.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn operator_namespace() -> String {
     std::env::var("PD_KIND_OPERATOR_NAMESPACE").expect("PD_KIND_OPERATOR_NAMESPACE: run through `make e2e-kind`")
 }
@@ -374,6 +385,7 @@ fn wait_traffic_ready(ns: &TestNamespace, name: &str, decodes: usize) -> Vec<Val
 #[test]
 #[ignore = "needs the kind tier: make e2e-kind"]
 fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
+    let _turn = one_load_at_a_time();
     let ns = TestNamespace::new("kind-traffic");
     let name = "traffic";
     let o = ns.apply(&traffic_pdd(name));
@@ -606,6 +618,7 @@ fn rollout_ready(ns: &TestNamespace, name: &str) -> (String, String) {
 /// Under load, a compatible change (a sim flag) rolls in place, instance by instance, with every
 /// replaced instance serving for minReadySeconds before the next goes: no request fails.
 fn an_in_place_rollout_under_load_fails_nothing() {
+    let _turn = one_load_at_a_time();
     let ns = TestNamespace::new("kind-inplace");
     let name = "roll";
     let (target, engines) = rollout_ready(&ns, name);
@@ -630,8 +643,8 @@ fn an_in_place_rollout_under_load_fails_nothing() {
 /// Under load, page size 64 → 32 (SGLang's `Page size mismatch`) comes up as KV set 1 beside
 /// set 0: no request fails, and no decode ever takes KV from the other set's prefills (the sim
 /// decodes' transfer log per prefill address, against the prefill pods' IPs by set).
-/// NOT RUN by `make e2e-kind` (`--skip kv_set_surge`) until it has passed in CI: docs/rollouts.md.
 fn a_kv_set_surge_under_load_fails_nothing_and_never_pairs_across_sets() {
+    let _turn = one_load_at_a_time();
     let ns = TestNamespace::new("kind-surge");
     let name = "roll";
     let (target, engines) = rollout_ready(&ns, name);

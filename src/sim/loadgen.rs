@@ -76,8 +76,11 @@ fn parse(args: &[String]) -> Result<Config, SimError> {
 #[derive(Default)]
 struct Sample {
     ok: bool,
-    /// Why it failed: `connect`, `send`, `body` or `status <code>`.
+    /// Why it failed: `connect`, `send`, `body` or `status <code> <cause>`, the cause read from
+    /// the error body (the gateway's error code, e.g. smg's `no_available_workers`).
     error: Option<String>,
+    /// When it ended.
+    ended: Option<Instant>,
     ttft: f64,
     itl: Vec<f64>,
     e2e: f64,
@@ -94,7 +97,7 @@ async fn connect(addr: &str) -> Option<SendRequest<Full<Bytes>>> {
 /// One request on `conn` (reconnecting when needed); event times are recorded for streams.
 async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes, timed: bool) -> Sample {
     let start = Instant::now();
-    let failed = |why: &str| Sample { error: Some(why.to_owned()), ..Sample::default() };
+    let failed = |why: &str| Sample { error: Some(why.to_owned()), ended: Some(Instant::now()), ..Sample::default() };
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
         *conn = connect(addr).await;
     }
@@ -121,19 +124,33 @@ async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byte
         *conn = None;
         return failed("send");
     };
-    let ok = resp.status().is_success();
-    let error = (!ok).then(|| format!("status {}", resp.status().as_u16()));
-    let (mut body, mut events) = (resp.into_body(), Vec::new());
+    let (ok, code) = (resp.status().is_success(), resp.status().as_u16());
+    let (mut body, mut events, mut refusal) = (resp.into_body(), Vec::new(), Vec::new());
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { return failed("body") };
-        if let (true, Ok(data)) = (timed, frame.into_data()) {
-            let at = start.elapsed().as_secs_f64();
-            let n = data.windows(11).filter(|w| *w == b"\"content\":\"").count();
-            events.extend(std::iter::repeat_n(at, n));
+        match frame.into_data() {
+            Ok(data) if !ok && refusal.len() < 4096 => refusal.extend_from_slice(&data),
+            Ok(data) if timed => {
+                let at = start.elapsed().as_secs_f64();
+                let n = data.windows(11).filter(|w| *w == b"\"content\":\"").count();
+                events.extend(std::iter::repeat_n(at, n));
+            }
+            _ => {}
         }
     }
+    let error = (!ok).then(|| format!("status {code} {}", cause(&refusal)));
     let itl = events.windows(2).map(|w| w[1] - w[0]).collect();
-    Sample { ok, error, ttft: events.first().copied().unwrap_or_default(), itl, e2e: start.elapsed().as_secs_f64() }
+    let ttft = events.first().copied().unwrap_or_default();
+    Sample { ok, error, ttft, itl, e2e: start.elapsed().as_secs_f64(), ended: Some(Instant::now()) }
+}
+
+/// What an error body says went wrong: its error code or type (OpenAI's and smg's shape), else
+/// its first words.
+fn cause(body: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    let named = [&v["error"]["code"], &v["error"]["type"], &v["code"], &v["error"], &v["reason"]].into_iter().find_map(Value::as_str);
+    let text = named.map_or_else(|| String::from_utf8_lossy(body).into_owned(), str::to_owned);
+    text.chars().take(60).collect()
 }
 
 fn request_body(c: &Config, room: Option<u64>) -> Bytes {
@@ -174,7 +191,8 @@ fn pct(v: &mut [f64], p: usize) -> f64 {
     v[(v.len() * p / 100).min(v.len() - 1)]
 }
 
-fn report(c: &Config, samples: &[Sample], secs: f64) -> Value {
+fn report(c: &Config, samples: &[Sample], start: Instant) -> Value {
+    let secs = start.elapsed().as_secs_f64();
     let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok).collect();
     let mut ttft: Vec<f64> = ok.iter().map(|s| s.ttft).collect();
     let mut itl: Vec<f64> = ok.iter().flat_map(|s| s.itl.iter().copied()).collect();
@@ -185,8 +203,16 @@ fn report(c: &Config, samples: &[Sample], secs: f64) -> Value {
         let n = errors.get(why).and_then(Value::as_u64).unwrap_or(0);
         errors.insert(why.to_owned(), (n + 1).into());
     }
+    // When, in seconds from the start, the first and the last failed request ended.
+    let failed_at: Vec<f64> = samples
+        .iter()
+        .filter(|s| !s.ok)
+        .filter_map(|s| s.ended)
+        .map(|t| (t.duration_since(start).as_secs_f64() * 10.0).round() / 10.0)
+        .collect();
+    let window = failed_at.iter().copied().reduce(f64::min).zip(failed_at.iter().copied().reduce(f64::max));
     json!({
-        "errors": errors,
+        "errors": errors, "failed_between_s": window.map(|(a, b)| vec![a, b]),
         "concurrency": c.concurrency, "requests": samples.len(), "failed": samples.len() - ok.len(), "stream": c.stream,
         "max_tokens": c.max_tokens, "prompt_bytes": c.prompt_bytes, "seconds": (secs * 1e3).round() / 1e3,
         "requests_per_s": (ok.len() as f64 / secs * 10.0).round() / 10.0,
@@ -222,8 +248,21 @@ pub async fn run(args: &[String]) -> Result<(), SimError> {
     let start = Instant::now();
     let workers: Vec<_> = (0..c.concurrency.max(1)).map(|_| tokio::spawn(worker(c.clone(), next.clone(), out.clone()))).collect();
     futures::future::join_all(workers).await;
-    let secs = start.elapsed().as_secs_f64();
     let samples = std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
-    println!("{}", report(&c, &samples, secs));
+    println!("{}", report(&c, &samples, start));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cause;
+
+    #[test]
+    fn a_refusal_is_named_by_its_error_code_or_its_first_words() {
+        let openai_style = br#"{"error":{"type":"service_unavailable","code":"no_available_workers","message":"No available workers"}}"#;
+        assert_eq!(cause(openai_style), "no_available_workers");
+        assert_eq!(cause(br#"{"reason":"insufficient healthy workers"}"#), "insufficient healthy workers");
+        assert_eq!(cause(b"upstream connect error"), "upstream connect error");
+        assert_eq!(cause(&[b'x'; 100]).len(), 60);
+    }
 }
