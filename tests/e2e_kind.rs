@@ -282,7 +282,11 @@ fn bench_with(ns: &TestNamespace, pod: &str, target: &str, flags: &[&str]) -> Va
     });
     let o = cluster().kubectl(&["logs", "-n", &ns.name, pod]);
     let line = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_owned();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("load generator printed {line:?}: {e}"))
+    let report: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("load generator printed {line:?}: {e}"));
+    // A request goes again only when a router pod on its way out cut its connection: at most once
+    // per connection, as no test here replaces the router more than once.
+    assert!(report["retried"].as_u64() <= report["concurrency"].as_u64(), "more requests sent again than connections: {report}");
+    report
 }
 
 /// A sim pod's own API through the apiserver's pod proxy.
@@ -568,9 +572,23 @@ fn try_pod_get(ns: &str, pod: &str, path: &str) -> Option<Value> {
 struct SetsSeen {
     prefill_ips: BTreeMap<String, String>,
     decodes: BTreeMap<String, (String, Value)>,
+    /// When the watch began, and each step's first sighting since.
+    began: Option<std::time::Instant>,
+    steps: Vec<(&'static str, f64)>,
 }
 
 impl SetsSeen {
+    fn mark(&mut self, step: &'static str, reached: bool) {
+        let began = *self.began.get_or_insert_with(std::time::Instant::now);
+        if reached && !self.steps.iter().any(|(s, _)| *s == step) {
+            self.steps.push((step, (began.elapsed().as_secs_f64() * 10.0).round() / 10.0));
+        }
+    }
+
+    fn timeline(&self) -> String {
+        self.steps.iter().map(|(s, t)| format!("{s} {t}s")).collect::<Vec<_>>().join(", ")
+    }
+
     fn look(&mut self, ns: &str, pods: &[Value]) {
         for p in pods {
             let (role, ip) = (&p["metadata"]["labels"]["pd.inference.dev/role"], p["status"]["podIP"].as_str());
@@ -656,12 +674,21 @@ fn a_kv_set_surge_under_load_fails_nothing_and_never_pairs_across_sets() {
         let count = |set: &str, ready: bool| ps.iter().filter(|p| live(p) && kv_set(p) == set && (!ready || is_ready(p))).count();
         let k = cluster().kubectl(&["get", "pdd", "roll", "-n", &ns_name, "-o", "jsonpath={.status.kvSet.routed}"]);
         let routed = String::from_utf8_lossy(&k.stdout).into_owned();
+        let routers = pods(&ns_name, "pd.inference.dev/role=router");
+        let mut w = watch.lock().unwrap();
+        w.mark("set 1 whole and ready", count("1", true) == 4);
+        w.mark("router moved to set 1", routed == "1");
+        w.mark("new router pod ready", routers.iter().any(|p| kv_set(p) == "1" && is_ready(p)));
+        w.mark("old router pod gone", routed == "1" && routers.iter().all(|p| kv_set(p) == "1"));
+        w.mark("set 0 draining or gone", count("0", false) < 4);
         let done = count("0", false) == 0 && count("1", true) == 4 && routed == "1";
+        w.mark("set 0 gone", done);
         done.then_some(()).ok_or_else(|| format!("set 0: {}, set 1: {} ready, routed {routed:?}", count("0", false), count("1", true)))
     };
     let (report, when) = change_under_load(&ns, ("surge", &target), rollout_pdd(name, 32, "4"), 240, surged);
-    eprintln!("incompatible rollout (KV set surge) under load: {report}");
-    assert_eq!(when, "Running", "the rollout ended after the load: {report}");
+    let timeline = seen.lock().unwrap().timeline();
+    eprintln!("incompatible rollout (KV set surge) under load: {report}; seconds after the watch began: {timeline}");
+    assert_eq!(when, "Running", "the rollout ended after the load: {report}; {timeline}");
     assert_eq!(report["failed"], 0, "requests failed across a KV set surge: {report}");
     let per_set = seen.lock().unwrap().served_per_set();
     eprintln!("requests served per KV set (decodes' transfer logs): {per_set:?}");

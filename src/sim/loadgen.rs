@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -81,6 +82,8 @@ struct Sample {
     error: Option<String>,
     /// When it ended.
     ended: Option<Instant>,
+    /// Sent a second time: the server closed the connection under it without an answer.
+    retried: bool,
     ttft: f64,
     itl: Vec<f64>,
     e2e: f64,
@@ -94,40 +97,56 @@ async fn connect(addr: &str) -> Option<SendRequest<Full<Bytes>>> {
     Some(sender)
 }
 
+/// Sends one request on `conn` (connected). A request never written (the server closed the idle
+/// keep-alive connection first) goes on a new connection; so does, once, a request the server
+/// closed the connection on without answering: smg closes its idle keep-alive
+/// connections when it shuts down, without a `Connection: close` first, so a request sent at that
+/// instant is reset. OpenAI's SDKs send such a request again (`max_retries`, 2 by default); this
+/// client does so once and says so (the `bool`: counted as `retried`, never as a success hidden).
+async fn send(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes) -> (Option<hyper::Response<Incoming>>, bool) {
+    let request = |body: Bytes| {
+        hyper::Request::post("/v1/chat/completions")
+            .header(hyper::header::HOST, addr)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .ok()
+    };
+    let (Some(sender), Some(req)) = (conn.as_mut(), request(body.clone())) else { return (None, false) };
+    let (req, retried) = match sender.try_send_request(req).await {
+        Ok(resp) => return (Some(resp), false),
+        Err(mut e) => match e.take_message() {
+            Some(unsent) => (Some(unsent), false),
+            None => (request(body), true),
+        },
+    };
+    *conn = connect(addr).await;
+    let resp = match (conn.as_mut(), req) {
+        (Some(fresh), Some(req)) => fresh.send_request(req).await.ok(),
+        _ => None,
+    };
+    (resp, retried)
+}
+
 /// One request on `conn` (reconnecting when needed); event times are recorded for streams.
 async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes, timed: bool) -> Sample {
     let start = Instant::now();
-    let failed = |why: &str| Sample { error: Some(why.to_owned()), ended: Some(Instant::now()), ..Sample::default() };
+    let failed =
+        |why: &str, retried: bool| Sample { error: Some(why.to_owned()), ended: Some(Instant::now()), retried, ..Sample::default() };
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
         *conn = connect(addr).await;
+        if conn.is_none() {
+            return failed("connect", false);
+        }
     }
-    let Some(sender) = conn.as_mut() else { return failed("connect") };
-    let req = hyper::Request::post("/v1/chat/completions")
-        .header(hyper::header::HOST, addr)
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body));
-    let Ok(req) = req else { return failed("request") };
-    let resp = match sender.try_send_request(req).await {
-        Ok(resp) => Ok(resp),
-        // Never written: the server closed this keep-alive connection first (a router pod on its
-        // way out does). HTTP clients send such a request again on a new connection.
-        Err(mut e) => match (e.take_message(), connect(addr).await) {
-            (Some(req), Some(mut fresh)) => {
-                let resp = fresh.send_request(req).await;
-                *conn = Some(fresh);
-                resp
-            }
-            _ => Err(e.into_error()),
-        },
-    };
-    let Ok(resp) = resp else {
+    let (resp, retried) = send(conn, addr, body).await;
+    let Some(resp) = resp else {
         *conn = None;
-        return failed("send");
+        return failed("send", retried);
     };
     let (ok, code) = (resp.status().is_success(), resp.status().as_u16());
     let (mut body, mut events, mut refusal) = (resp.into_body(), Vec::new(), Vec::new());
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return failed("body") };
+        let Ok(frame) = frame else { return failed("body", retried) };
         match frame.into_data() {
             Ok(data) if !ok && refusal.len() < 4096 => refusal.extend_from_slice(&data),
             Ok(data) if timed => {
@@ -141,7 +160,7 @@ async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byte
     let error = (!ok).then(|| format!("status {code} {}", cause(&refusal)));
     let itl = events.windows(2).map(|w| w[1] - w[0]).collect();
     let ttft = events.first().copied().unwrap_or_default();
-    Sample { ok, error, ttft, itl, e2e: start.elapsed().as_secs_f64(), ended: Some(Instant::now()) }
+    Sample { ok, error, ttft, itl, e2e: start.elapsed().as_secs_f64(), ended: Some(Instant::now()), retried }
 }
 
 /// What an error body says went wrong: its error code or type (OpenAI's and smg's shape), else
@@ -213,7 +232,8 @@ fn report(c: &Config, samples: &[Sample], start: Instant) -> Value {
     let window = failed_at.iter().copied().reduce(f64::min).zip(failed_at.iter().copied().reduce(f64::max));
     json!({
         "errors": errors, "failed_between_s": window.map(|(a, b)| vec![a, b]),
-        "concurrency": c.concurrency, "requests": samples.len(), "failed": samples.len() - ok.len(), "stream": c.stream,
+        "concurrency": c.concurrency, "requests": samples.len(), "failed": samples.len() - ok.len(),
+        "retried": samples.iter().filter(|s| s.retried).count(), "stream": c.stream,
         "max_tokens": c.max_tokens, "prompt_bytes": c.prompt_bytes, "seconds": (secs * 1e3).round() / 1e3,
         "requests_per_s": (ok.len() as f64 / secs * 10.0).round() / 10.0,
         "ttft_ms_p50": ms(pct(&mut ttft, 50)), "ttft_ms_p99": ms(pct(&mut ttft, 99)),
@@ -255,7 +275,49 @@ pub async fn run(args: &[String]) -> Result<(), SimError> {
 
 #[cfg(test)]
 mod tests {
-    use super::cause;
+    use super::{Bytes, cause, connect, one};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+
+    /// Reads one request (small, in one read) and answers it unless `answer` is false, in which
+    /// case the connection is closed under the request, as smg does to its idle connections when
+    /// it shuts down.
+    async fn serve_one(s: &mut tokio::net::TcpStream, answer: bool) {
+        let mut buf = [0u8; 4096];
+        assert!(s.read(&mut buf).await.unwrap() > 0);
+        if answer {
+            s.write_all(ANSWER).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_cut_off_by_a_closing_keep_alive_connection_is_sent_again_once_and_counted() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut first, _) = listener.accept().await.unwrap();
+            serve_one(&mut first, true).await;
+            serve_one(&mut first, false).await;
+            drop(first);
+            let (mut second, _) = listener.accept().await.unwrap();
+            serve_one(&mut second, true).await;
+            serve_one(&mut second, false).await;
+            drop(second);
+            // No third connection is answered: a request cut off twice fails.
+            let (mut third, _) = listener.accept().await.unwrap();
+            serve_one(&mut third, false).await;
+        });
+        let mut conn = connect(&addr).await;
+        let body = || Bytes::from_static(b"{}");
+        let plain = one(&mut conn, &addr, body(), false).await;
+        assert!(plain.ok && !plain.retried, "{:?}", plain.error);
+        let cut = one(&mut conn, &addr, body(), false).await;
+        assert!(cut.ok && cut.retried, "the cut-off request: {:?}", cut.error);
+        let twice = one(&mut conn, &addr, body(), false).await;
+        assert_eq!((twice.ok, twice.retried, twice.error.as_deref()), (false, true, Some("send")));
+        server.await.unwrap();
+    }
 
     #[test]
     fn a_refusal_is_named_by_its_error_code_or_its_first_words() {
