@@ -655,6 +655,49 @@ fn events(ns: &TestNamespace) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Puts a finalizer of the test's own on the router's one pod, so that it stays, terminating,
+/// until the test removes it; returns the pod's name.
+fn hold_router_pod(ns: &TestNamespace) -> String {
+    let router = wait_for(WAIT, "the router pod", || {
+        let o = cluster().kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            &ns.name,
+            "-l",
+            "pd.inference.dev/role=router",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]);
+        let names = String::from_utf8_lossy(&o.stdout).into_owned();
+        (names.split_whitespace().count() == 1).then_some(names.trim().to_owned()).ok_or(names)
+    });
+    let hold = r#"[{"op":"add","path":"/metadata/finalizers","value":["pd.inference.dev/test-hold"]}]"#;
+    let o = cluster().kubectl(&["patch", "pod", &router, "-n", &ns.name, "--type=json", "-p", hold]);
+    assert!(o.status.success(), "{}", text(&o));
+    router
+}
+
+/// Once the held router pod is on its way out, checks that set 0 still serves, then lets the pod
+/// go; returns when.
+fn release_the_old_router_pod(ns: &TestNamespace, router_pod: &str) -> std::time::Instant {
+    wait_for(Duration::from_secs(120), "the old router pod on its way out", || {
+        let p = ns.get_json("pod", router_pod)?;
+        p["metadata"]["deletionTimestamp"].as_str().map(drop).ok_or_else(|| p["metadata"].to_string())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let ps = pods(ns, "kv").unwrap();
+    assert!(
+        ps.iter().filter(|p| kv_set(p) == "0" && p["metadata"]["labels"]["pd.inference.dev/serving"] == "true").count() == 3,
+        "set 0 left the pool while the old router pod still served it: {ps:?}"
+    );
+    let released = std::time::Instant::now();
+    let release = r#"[{"op":"remove","path":"/metadata/finalizers"}]"#;
+    let o = cluster().kubectl(&["patch", "pod", router_pod, "-n", &ns.name, "--type=json", "-p", release]);
+    assert!(o.status.success(), "{}", text(&o));
+    released
+}
+
 /// The router Deployment's pods' KV set, and whether its rollout is over.
 fn router_set(ns: &TestNamespace) -> (String, bool) {
     let d = ns.get_json("deployment", "kv-router").unwrap_or_default();
@@ -674,7 +717,11 @@ fn an_incompatible_change_surges_a_new_kv_set_and_moves_the_router_only_to_a_who
     wait_condition(&ns, "kv", "Ready", "True");
     let old = uids(&ns, "kv");
     assert_eq!(old.len(), 3);
+    // The old router pod lingers on its way out (as smg finishes its requests on kind): set 0 must
+    // wait for it, and go as soon as it is gone, woken by the pod itself.
+    let router_pod = hold_router_pod(&ns);
     assert!(ns.apply(&surge_spec(32)).status.success());
+    let released = release_the_old_router_pod(&ns, &router_pod);
     let (mut both_seen, mut moved_seen) = (false, false);
     wait_for(Duration::from_secs(180), "set 1 alone, routed", || {
         let ps = pods(&ns, "kv")?;
@@ -697,6 +744,8 @@ fn an_incompatible_change_surges_a_new_kv_set_and_moves_the_router_only_to_a_who
         done.then_some(()).ok_or_else(|| format!("set 0: {}, set 1: {} ({ready1} ready), router on {router:?}, {k}", live("0"), live("1")))
     });
     assert!(both_seen, "set 1 never ran beside set 0");
+    // Draining (1 s) and deletion follow the router pod's going within seconds, not at the resync.
+    assert!(released.elapsed() < Duration::from_secs(60), "set 0 went {:?} after the old router pod", released.elapsed());
     let v = ns.get_json("pdd", "kv").unwrap();
     assert_eq!(v["status"]["kvSet"]["strategy"], "InPlace");
     let names: BTreeSet<String> = uids(&ns, "kv").into_keys().collect();

@@ -83,6 +83,13 @@ impl Error {
             Error::CacheClosed => "cache",
         }
     }
+
+    /// The apiserver refused a new object because its namespace is being deleted; the
+    /// PDDeployment goes with the namespace, so retrying only repeats the refusal.
+    fn namespace_terminating(&self) -> bool {
+        let Error::Kube(kube::Error::Api(status)) = self else { return false };
+        status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+    }
 }
 
 /// Settings of `pd-operator controller`.
@@ -446,6 +453,10 @@ async fn write_status(
 }
 
 fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc<Context>) -> Action {
+    if err.namespace_terminating() {
+        info!(error = %err, "the namespace is being deleted; waiting for the PDDeployment to go with it");
+        return Action::await_change();
+    }
     warn!(error = %err, "reconcile failed");
     ctx.metrics.errors.get_or_create(&metrics::ErrorLabels { kind: err.metric_label().into() }).inc();
     Action::requeue(Duration::from_secs(5))
@@ -507,6 +518,16 @@ where
         slim(o);
     });
     (reader, reflector::reflector(writer, events).touched_objects())
+}
+
+/// The PDDeployment a pod event wakes: the one its `pd.inference.dev/deployment` label names. By
+/// owner it would miss the router's pods, which the router Deployment's ReplicaSet owns: a KV set
+/// surge waits for the old router pod to be gone, and its going changes nothing the PDDeployment
+/// owns (the kind tier's surge waited out the 300 s resync for it).
+fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDeployment>>> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    let name = pod.metadata.labels.as_ref()?.get(LABEL_DEPLOYMENT)?;
+    Some(reflector::ObjectRef::new(name).within(ns))
 }
 
 /// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
@@ -681,7 +702,7 @@ async fn reconcile_term(
     let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
     let mut controller = Controller::for_stream(pdd_events, pdd_store.clone())
         .trigger_backoff(NoSharedBackoff)
-        .owns_stream(pod_events)
+        .watches_stream(pod_events, pod_deployment)
         .owns_stream(service_events)
         .owns_stream(config_map_events)
         .owns_stream(deployment_events)
@@ -720,6 +741,36 @@ async fn reconcile_term(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_in_a_terminating_namespace_is_told_from_other_refusals() {
+        // The body kube-apiserver 1.37 sends (kind tier, a test namespace being deleted).
+        let refusal = |cause: &str| {
+            let body = serde_json::json!({"status": "Failure", "code": 403, "reason": "Forbidden",
+                "message": "pods \"a\" is forbidden: unable to create new content in namespace x because it is being terminated",
+                "details": {"name": "a", "kind": "pods", "causes": [{"reason": cause, "message": "namespace x is being terminated", "field": "metadata.namespace"}]}});
+            Error::Kube(kube::Error::Api(Box::new(serde_json::from_value(body).unwrap())))
+        };
+        assert!(refusal("NamespaceTerminating").namespace_terminating());
+        assert!(!refusal("FieldValueForbidden").namespace_terminating());
+        assert!(!Error::CacheClosed.namespace_terminating());
+    }
+
+    #[test]
+    fn a_pod_wakes_the_pddeployment_its_label_names_whoever_owns_it() {
+        let pod = |labels: &[(&str, &str)]| Pod {
+            metadata: kube::api::ObjectMeta {
+                namespace: Some("ns".into()),
+                labels: Some(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // A router pod: owned by a ReplicaSet, labelled with its PDDeployment.
+        let router = pod(&[(LABEL_DEPLOYMENT, "pd"), ("pod-template-hash", "abc")]);
+        assert_eq!(pod_deployment(router), Some(reflector::ObjectRef::new("pd").within("ns")));
+        assert_eq!(pod_deployment(pod(&[("app", "other")])), None);
+    }
 
     fn with_conditions(generation: i64, conditions: &[(&str, &str)]) -> crate::api::PDDeploymentStatus {
         let conditions = conditions

@@ -91,8 +91,9 @@ where
 struct VersionPage {
     #[serde(default)]
     metadata: PageMeta,
+    /// The apiserver sends `"items": null` for an empty metadata list.
     #[serde(default)]
-    items: Vec<Versioned>,
+    items: Option<Vec<Versioned>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -123,7 +124,7 @@ async fn listed_versions<K: Resource>(api: Api<K>, selector: Option<&str>) -> Re
         let mut params = selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s)).limit(PAGE);
         params.continue_token = next.take();
         let page: VersionPage = client.request(request.list_metadata(&params).map_err(kube::Error::BuildRequest)?).await?;
-        versions.extend(page.items.into_iter().filter_map(|o| Some((o.metadata.uid?, o.metadata.resource_version?))));
+        versions.extend(page.items.into_iter().flatten().filter_map(|o| Some((o.metadata.uid?, o.metadata.resource_version?))));
         next = page.metadata.next.filter(|token| !token.is_empty());
         if next.is_none() {
             return Ok(versions);
@@ -192,6 +193,15 @@ mod tests {
             async move { Ok::<_, kube::Error>(http::Response::builder().header("content-type", "application/json").body(body).unwrap()) }
         });
         (Client::new(service, "default"), queries)
+    }
+
+    #[test]
+    fn an_empty_metadata_list_reads_as_no_objects() {
+        // What kube-apiserver 1.37 answered for a kind with no objects in scope.
+        let empty =
+            r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"1561"},"items":null}"#;
+        let page: VersionPage = serde_json::from_str(empty).unwrap();
+        assert!(page.items.is_none_or(|i| i.is_empty()) && page.metadata.next.is_none());
     }
 
     #[tokio::test]
