@@ -659,18 +659,8 @@ fn events(ns: &TestNamespace) -> String {
 /// until the test removes it; returns the pod's name.
 fn hold_router_pod(ns: &TestNamespace) -> String {
     let router = wait_for(WAIT, "the router pod", || {
-        let o = cluster().kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            &ns.name,
-            "-l",
-            "pd.inference.dev/role=router",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ]);
-        let names = String::from_utf8_lossy(&o.stdout).into_owned();
-        (names.split_whitespace().count() == 1).then_some(names.trim().to_owned()).ok_or(names)
+        let found = names(ns, "pods", "pd.inference.dev/role=router")?;
+        (found.len() == 1).then(|| found.into_iter().next().unwrap_or_default()).ok_or_else(|| format!("{found:?}"))
     });
     let hold = r#"[{"op":"add","path":"/metadata/finalizers","value":["pd.inference.dev/test-hold"]}]"#;
     let o = cluster().kubectl(&["patch", "pod", &router, "-n", &ns.name, "--type=json", "-p", hold]);
