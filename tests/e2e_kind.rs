@@ -520,8 +520,9 @@ fn phase(ns: &str, pod: &str) -> String {
 }
 
 /// Runs `bench_for(seconds)` in pod `load` while another thread, once the load runs, applies
-/// `spec` and then calls `settled` until it returns Ok. Returns the load's report and the load
-/// pod's phase when `settled` passed (Running: the whole change happened under load).
+/// `spec` and then calls `settled` until it returns Ok (printing how long that took). Returns the
+/// load's report and the load pod's phase when `settled` passed (Running: the whole change
+/// happened under load).
 fn change_under_load(
     ns: &TestNamespace,
     (load, target): (&str, &str),
@@ -540,7 +541,10 @@ fn change_under_load(
             std::thread::sleep(Duration::from_secs(3));
             let o = cluster().kubectl_stdin(&["apply", "-n", &ns_name, "-f", "-"], &spec);
             assert!(o.status.success(), "{}", text(&o));
+            let applied = std::time::Instant::now();
             wait_for(WAIT * 2, "the change to settle", &mut settled);
+            let took = applied.elapsed().as_secs_f64();
+            eprintln!("{load}: the change settled {took:.1} s after it was applied");
             phase(&ns_name, &load)
         })
     };
