@@ -660,7 +660,11 @@ fn events(ns: &TestNamespace) -> String {
 fn hold_router_pod(ns: &TestNamespace) -> String {
     let router = wait_for(WAIT, "the router pod", || {
         let found = names(ns, "pods", "pd.inference.dev/role=router")?;
-        (found.len() == 1).then(|| found.into_iter().next().unwrap_or_default()).ok_or_else(|| format!("{found:?}"))
+        let mut only = found.iter().cloned();
+        match (only.next(), only.next()) {
+            (Some(name), None) => Ok(name),
+            _ => Err(format!("{found:?}")),
+        }
     });
     let hold = r#"[{"op":"add","path":"/metadata/finalizers","value":["pd.inference.dev/test-hold"]}]"#;
     let o = cluster().kubectl(&["patch", "pod", &router, "-n", &ns.name, "--type=json", "-p", hold]);
