@@ -56,6 +56,7 @@ pub mod texts {
     pub const V4_ZIGZAG: &str = "DeepSeekV4 zigzag CP requires the NPU backend; CUDA/HIP backends reindex with interleave order.";
     pub const SHARDING_GQA_CP: &str = "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks and requires --enable-prefill-cp with attn_cp_size > 1.";
     pub const SHARDING_MLA_ATTN_DP: &str = "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP and requires plain TP attention; set --attn-dp-size=1.";
+    pub const SHARDING_WITH_DCP: &str = "--enable-kv-cache-sharding and decode context parallelism (--dcp-size) are mutually exclusive users of the widened allocator index space.";
     pub const SHARDING_MLA_TP: &str =
         "--enable-kv-cache-sharding for MLA models without prefill CP shards across attention-TP ranks and needs tp_size > 1.";
     pub const SHARDING_BACKEND: &str =
@@ -459,7 +460,7 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
                 out.push(Finding::error(
                     "sharding-with-dcp",
                     role.field("enableKvCacheSharding"),
-                    "--enable-kv-cache-sharding is refused with --dcp-size > 1",
+                    texts::SHARDING_WITH_DCP,
                     "turn off enableKvCacheSharding or set prefill dcp: 1",
                 ));
             }
