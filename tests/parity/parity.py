@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import random
@@ -221,17 +222,53 @@ def parity_cases(operator, files, profile, accelerator_flag=True):
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
-def run_oracle(python, inputs, workdir, jobs):
+def oracle_key(python, case):
+    """What decides an oracle result: the oracle's code, its venv (named by the versions it
+    pins) and the process inputs. The case id is not part of it."""
+    h = hashlib.sha256()
+    with open(os.path.join(HERE, "oracle.py"), "rb") as f:
+        h.update(f.read())
+    h.update(os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(python)))).encode())
+    h.update(json.dumps({k: case[k] for k in ("profile", "config", "processes")}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def load_cache(path):
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {e["key"]: e["result"] for e in map(json.loads, f)}
+
+
+def run_oracle(python, inputs, workdir, jobs, cache_path=None):
+    """SGLang's verdict on every input, by id@profile. With a cache file, only inputs it does
+    not hold go to the oracle, and their results are added to it."""
+    cache = load_cache(cache_path)
+    keys = {c["id"] + "@" + c["profile"]: oracle_key(python, c) for c in inputs}
+    todo = [c for c in inputs if keys[c["id"] + "@" + c["profile"]] not in cache]
     src = os.path.join(workdir, "oracle-in.jsonl")
     dst = os.path.join(workdir, "oracle-out.jsonl")
     with open(src, "w") as f:
-        for c in inputs:
+        for c in todo:
             f.write(json.dumps(c) + "\n")
-    with open(os.path.join(workdir, "oracle.log"), "w") as log:
-        subprocess.run([python, os.path.join(HERE, "oracle.py"), "--input", src, "--output", dst, "--jobs", str(jobs)],
-                       check=True, stderr=log)
-    with open(dst) as f:
-        return {r["id"] + "@" + r["profile"]: r for r in map(json.loads, f)}
+    print(f"oracle: {len(todo)} of {len(inputs)} cases to run ({len(inputs) - len(todo)} cached)", file=sys.stderr)
+    fresh = {}
+    if todo:
+        with open(os.path.join(workdir, "oracle.log"), "w") as log:
+            subprocess.run([python, os.path.join(HERE, "oracle.py"), "--input", src, "--output", dst, "--jobs", str(jobs)],
+                           check=True, stderr=log)
+        with open(dst) as f:
+            fresh = {r["id"] + "@" + r["profile"]: r for r in map(json.loads, f)}
+    if cache_path and fresh:
+        os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+        with open(cache_path, "a") as f:
+            for cid, r in fresh.items():
+                f.write(json.dumps({"key": keys[cid], "result": r}) + "\n")
+    out = {}
+    for cid, key in keys.items():
+        r = fresh.get(cid) or cache[key]
+        out[cid] = {**r, "id": cid.rsplit("@", 1)[0]}
+    return out
 
 
 def first_error(oracle):
@@ -299,6 +336,8 @@ def main():
     ap.add_argument("--workdir", default="target/parity")
     ap.add_argument("--json", help="write the per-case report here")
     ap.add_argument("--max-listed", type=int, default=25)
+    ap.add_argument("--oracle-cache", help="a JSON-lines file of oracle results keyed by oracle code, venv and "
+                    "process inputs: cases it holds are not run again, new results are added")
     ap.add_argument("--jobs", type=int, default=1, help="oracle workers per profile")
     ap.add_argument("--no-accelerator-flag", action="store_true",
                     help="for an operator build older than `parity-cases --accelerator`")
@@ -344,7 +383,7 @@ def main():
                 cases.append({"id": cid, "source": source, "family": family, "profile": profile, "case": c})
                 inputs.append({"id": cid, "profile": profile, "config": config, "processes": c["processes"]})
     t1 = time.time()
-    results = run_oracle(args.python, inputs, args.workdir, args.jobs)
+    results = run_oracle(args.python, inputs, args.workdir, args.jobs, args.oracle_cache)
     t2 = time.time()
 
     table = collections.defaultdict(collections.Counter)
