@@ -234,6 +234,10 @@ pub struct ModelFacts {
     pub model_type: Option<String>,
     /// DeepSeek-V4's distinct non-zero `compress_ratios`, ascending, when known from config.json.
     pub compress_ratios: Option<Vec<u32>>,
+    /// config.json's `num_nextn_predict_layers`; `Some(None)` when config.json lacks it.
+    pub nextn_layers: Option<Option<u64>>,
+    /// DSA's indexer pools or compresses its keys, per config.json (else false).
+    pub dsa_index_pooled: bool,
 }
 
 impl ModelFacts {
@@ -287,6 +291,9 @@ pub struct HfConfig {
     pub kv_fp8: bool,
     /// DeepSeek-V4's per-layer `compress_ratios` (0 for an uncompressed layer).
     pub compress_ratios: Option<Vec<u64>>,
+    pub num_nextn_predict_layers: Option<u64>,
+    /// DSA's indexer pools or compresses its keys (`index_kpool` ≠ 1 or `index_kpool_compress`).
+    pub dsa_index_pooled: bool,
 }
 
 impl HfConfig {
@@ -331,6 +338,9 @@ impl HfConfig {
             short_conv_kernel_size: text.get("short_conv_kernel_size").is_some_and(|v| !v.is_null()),
             kv_fp8,
             compress_ratios: text.get("compress_ratios").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).collect()),
+            num_nextn_predict_layers: num("num_nextn_predict_layers"),
+            dsa_index_pooled: num("index_kpool").is_some_and(|k| k != 1)
+                || text.get("index_kpool_compress").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 
@@ -400,6 +410,8 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
         kv_fp8_checkpoint: false,
         model_type: None,
         compress_ratios: None,
+        nextn_layers: None,
+        dsa_index_pooled: false,
     };
     if let Some(cfg) = config {
         let (arch, kind, traits) = cfg.classify();
@@ -411,6 +423,8 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
         facts.kv_fp8_checkpoint = cfg.kv_fp8;
         facts.model_type.clone_from(&cfg.model_type);
         facts.compress_ratios = cfg.compress_ratios.as_ref().map(|r| distinct_ratios(r));
+        facts.nextn_layers = Some(cfg.num_nextn_predict_layers);
+        facts.dsa_index_pooled = cfg.dsa_index_pooled;
     } else {
         let (arch, source) = match model.architecture.as_deref() {
             Some(a) => (Some(a.to_owned()), Some(KindSource::Architecture(a.to_owned()))),

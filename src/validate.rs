@@ -64,7 +64,7 @@ pub mod texts {
     pub const V4_CP_ATTN_DP: &str = "For round-robin split mode, dp attention is not supported.";
     pub const CP_SINGLE_MACHINE: &str =
         "Context parallel only supports single machine (tp_size <= 8). Cross-machine CP has precision issues.";
-    pub const SHARDING_PAGE_SIZE: &str = "--enable-kv-cache-sharding requires a real page size (--page-size 64 recommended)";
+    pub const SHARDING_PAGE_SIZE: &str = "--enable-kv-cache-sharding requires a real page size (--page-size 64 recommended): the physical page is the P/D transfer descriptor and gather-copy unit; page_size=1 degenerates both into per-token operations.";
     pub const DSA_DCP_PD: &str = "DSA DCP does not support PD disaggregation.";
     pub const DCP_NO_PREFILL_CP: &str = "--dcp-size > 1 does not support --enable-prefill-cp.";
     pub const CP_STRATEGY_REQUIRED: &str = "--cp-strategy must be set when --enable-prefill-cp is enabled.";
@@ -85,6 +85,25 @@ pub mod texts {
         "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)";
     /// What start-up raises for `--tp-size 0` (`initialize_model_parallel`'s `world_size // tp`).
     pub const ZERO_TP: &str = " (SGLang fails with ZeroDivisionError: integer division or modulo by zero)";
+    pub const V32_ZIGZAG: &str = "DeepSeek V3.2 prefill CP does not support --cp-strategy zigzag; use interleave.";
+    pub const MIMO_V2_ZIGZAG: &str = "MiMo V2 prefill CP only supports --cp-strategy zigzag.";
+    pub const TP_ATTN_GROUPS: &str = "tp_size must be divisible by attn_dp_size * attn_cp_size";
+    pub const TP_ATTN_CP: &str = "tp_size must be divisible by attn_cp_size";
+    pub const DSA_DECODE_CP: &str = "CP is only supported for prefill when PD disaggregation, please remove --enable-prefill-cp.";
+    /// `validate_deepseek_v4_cp`, raised before the generic `--cp-strategy` check.
+    pub const V4_CP_STRATEGY_NONE: &str = "DeepSeekV4 only supports interleave/zigzag CP strategy, got None";
+    pub const SHARDING_STAGING: &str =
+        "--enable-kv-cache-sharding is incompatible with SGLANG_DISAGG_STAGING_BUFFER (the staging path assumes contiguous send slices).";
+    pub const SHARDING_SPECULATIVE: &str =
+        "KV sharding supports speculative decoding only for GLM DSA single-layer NextN MTP with EAGLE and topk=1.";
+    pub const SHARDING_TRANSFER: &str = "--enable-kv-cache-sharding currently only supports the mooncake and nixl transfer backends: both route sends through CommonKVSender._prepare_send_indices and pair destinations by fancy index. Got --disaggregation-transfer-backend";
+    pub const SHARDING_TRTLLM_MLA_MODEL: &str = "KV sharding with trtllm_mla requires an MLA model.";
+    pub const SHARDING_TRTLLM_MLA_CP: &str = "KV sharding with trtllm_mla only supports plain-TP MLA (attn_cp_size must be 1).";
+    pub const DSA_SHARDING_BACKEND: &str = "DSA KV sharding requires the dsa attention backend.";
+    pub const DSA_SHARDING_CP: &str = "DSA KV sharding requires CUDA interleave prefill CP > 1 and PP1.";
+    pub const DSA_SHARDING_TRTLLM: &str = "DSA KV sharding requires TRTLLM prefill/decode with fp8_e4m3 KV and page size 64.";
+    pub const DSA_SHARDING_MOONCAKE: &str =
+        "DSA KV sharding requires Mooncake, uncompressed index_kpool=1 and no DSA cache layer splitting.";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -182,7 +201,8 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
         // What the engines report and map ranks with: the widths SGLang resolves.
         let resolved = crate::resolve::spec(spec, facts);
         check_handshake(&resolved, facts, &mut out);
-        check_allocation_policy(&resolved, &mut out);
+        // Start-up judges prefill_complete before the DeepSeek CP layouts recompute the widths.
+        check_allocation_policy(spec, &mut out);
         check_operator_policy(&resolved, facts, &mut out);
     }
     out
@@ -227,7 +247,7 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
 fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     check_widths(role, rs, facts, out);
     check_model_overrides(role, rs, spec, facts, out);
-    check_context_parallel(role, rs, spec, out);
+    check_context_parallel(role, rs, spec, facts, out);
     check_pp_speculative(role, rs, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
@@ -269,15 +289,25 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Fin
         } else {
             format!(" (SGLang's DeepSeek context-parallel layout runs attention DP {} × CP {})", r.attn_dp, r.attn_cp)
         };
-        // `_handle_data_parallelism` asserts `tp_size % attn_dp_size == 0` without a message.
-        let bare = if p.tp.is_multiple_of(r.attn_dp) { "" } else { "; SGLang raises a bare AssertionError" };
+        // `_handle_data_parallelism` asserts `tp_size % attn_dp_size == 0` without a message;
+        // the context-parallel asserts check the CP width alone first.
+        let message = if !p.tp.is_multiple_of(r.attn_dp) {
+            format!(
+                "{}: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}; SGLang raises a bare AssertionError",
+                texts::TP_ATTN_GROUPS,
+                p.tp,
+                p.attn_dp,
+                p.attn_cp
+            )
+        } else if !p.tp.is_multiple_of(r.attn_cp) {
+            format!("{}: tp {} is not a multiple of attnCp {}{resolved}", texts::TP_ATTN_CP, p.tp, r.attn_cp)
+        } else {
+            format!("{}: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}", texts::TP_ATTN_GROUPS, p.tp, p.attn_dp, p.attn_cp)
+        };
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
-            format!(
-                "tp_size must be divisible by attn_dp_size * attn_cp_size: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}{bare}",
-                p.tp, p.attn_dp, p.attn_cp
-            ),
+            message,
             format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
         ));
     }
@@ -365,7 +395,23 @@ fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fac
     if facts.traits.deepseek_v4 && p.attn_cp > 1 && p.cp_strategy == Some(crate::api::CpStrategy::Zigzag) {
         out.push(Finding::error("v4-zigzag-cp", role.field("parallelism.cpStrategy"), texts::V4_ZIGZAG, "use cpStrategy: interleave"));
     }
-    if facts.architecture.as_deref() == Some("GptOssForCausalLM") {
+    let arch = facts.architecture.as_deref();
+    let strategy = p.cp_strategy;
+    if p.attn_cp > 1 && arch == Some("DeepseekV32ForCausalLM") && strategy == Some(crate::api::CpStrategy::Zigzag) {
+        out.push(Finding::error("v32-zigzag-cp", role.field("parallelism.cpStrategy"), texts::V32_ZIGZAG, "use cpStrategy: interleave"));
+    }
+    if p.attn_cp > 1
+        && matches!(arch, Some("MiMoV2ForCausalLM" | "MiMoV2FlashForCausalLM"))
+        && strategy != Some(crate::api::CpStrategy::Zigzag)
+    {
+        out.push(Finding::error(
+            "mimo-v2-cp-strategy",
+            role.field("parallelism.cpStrategy"),
+            texts::MIMO_V2_ZIGZAG,
+            "use cpStrategy: zigzag",
+        ));
+    }
+    if arch == Some("GptOssForCausalLM") {
         let args = &rs.template.extra_args;
         let attention = extra_value(args, "attention_backend");
         let chosen = [
@@ -391,9 +437,18 @@ fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fac
 }
 
 /// Context parallelism and the prefill-only checks of the disaggregation group.
-fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     if p.attn_cp > 1 {
+        // The DeepSeek override's DSA block asserts prefill-only CP under PD.
+        if role == Role::Decode && facts.is_dsa() {
+            out.push(Finding::error(
+                "dsa-decode-cp",
+                role.field("parallelism.attnCp"),
+                texts::DSA_DECODE_CP,
+                "set spec.decode.parallelism.attnCp: 1; DSA runs context parallelism on the prefill only",
+            ));
+        }
         if p.dcp > 1 {
             out.push(Finding::error(
                 "dcp-with-prefill-cp",
@@ -407,7 +462,7 @@ fn check_context_parallel(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, ou
             out.push(Finding::error(
                 "cp-strategy-required",
                 role.field("parallelism.cpStrategy"),
-                texts::CP_STRATEGY_REQUIRED,
+                if facts.traits.deepseek_v4 { texts::V4_CP_STRATEGY_NONE } else { texts::CP_STRATEGY_REQUIRED },
                 "set cpStrategy: zigzag or interleave",
             ));
         }
@@ -468,11 +523,24 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
                 out.push(Finding::error(
                     "sharding-backend",
                     "spec.kvTransfer.backend",
-                    format!(
-                        "--enable-kv-cache-sharding supports only the mooncake and nixl transfer backends, got '{}'",
-                        spec.kv_transfer.backend
-                    ),
+                    format!("{} '{}'.", texts::SHARDING_TRANSFER, spec.kv_transfer.backend),
                     "use backend: mooncake or nixl, or turn off enableKvCacheSharding",
+                ));
+            }
+            if env_truthy(env_value(rs, "SGLANG_DISAGG_STAGING_BUFFER").as_deref()) {
+                out.push(Finding::error(
+                    "sharding-staging",
+                    role.field("template.env"),
+                    texts::SHARDING_STAGING,
+                    "remove SGLANG_DISAGG_STAGING_BUFFER from both roles, or turn off enableKvCacheSharding",
+                ));
+            }
+            if !sharding_speculation_supported(rs, facts) {
+                out.push(Finding::error(
+                    "sharding-speculative",
+                    role.field("template.extraArgs"),
+                    texts::SHARDING_SPECULATIVE,
+                    "drop the --speculative-* flags from the prefill, or turn off enableKvCacheSharding",
                 ));
             }
             if spec.kv_transfer.page_size == Some(1) {
@@ -485,6 +553,21 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
             }
         }
     }
+}
+
+/// `handle_kv_cache_sharding`'s speculative-decoding gate: none, or single-layer NextN MTP
+/// (EAGLE, top-k 1, after resolution turns NEXTN into EAGLE) on GLM's DSA model. An unknown
+/// config.json is given the benefit of the doubt on the NextN layer count.
+fn sharding_speculation_supported(rs: &RoleSpec, facts: &ModelFacts) -> bool {
+    let args = &rs.template.extra_args;
+    let Some(algo) = extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE")) else {
+        return true;
+    };
+    algo == "EAGLE"
+        && facts.architecture.as_deref() == Some("GlmMoeDsaForCausalLM")
+        && facts.nextn_layers.is_none_or(|n| n == Some(1))
+        && extra_value(args, "speculative_eagle_topk").is_none_or(|k| k == "1")
+        && extra_value(args, "enable_multi_layer_eagle").is_none()
 }
 
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
@@ -521,6 +604,7 @@ fn dsv4_backend_refusal(
 }
 
 fn accelerator_refusal(
+    role: Role,
     rs: &RoleSpec,
     spec: &PDDeploymentSpec,
     facts: &ModelFacts,
@@ -528,16 +612,6 @@ fn accelerator_refusal(
 ) -> Option<(String, &'static str, &'static str)> {
     let args = &rs.template.extra_args;
     let dtype = extra_value(args, "kv_cache_dtype").unwrap_or_else(|| spec.kv_transfer.kv_cache_dtype.to_string());
-    if dtype == "mxfp8" && !acc.is_blackwell() {
-        return Some((
-            texts::MXFP8_BLACKWELL.into(),
-            "spec.kvTransfer.kvCacheDtype",
-            "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
-        ));
-    }
-    if let Some(refusal) = dsv4_backend_refusal(rs, spec, facts, acc) {
-        return Some(refusal);
-    }
     let (attention, prefill, decode) = (
         extra_value(args, "attention_backend"),
         extra_value(args, "prefill_attention_backend"),
@@ -559,20 +633,23 @@ fn accelerator_refusal(
             "choose another --attention-backend (fa3, flashmla) on Hopper",
         ));
     }
-    if rs.enable_kv_cache_sharding && !facts.is_dsa() && !facts.traits.deepseek_v4 {
-        // `validate_kv_shard_attention_backend`: the prefill phase's resolved backend.
-        let mut on_acc = spec.clone();
-        on_acc.prefill.accelerator = Some(acc);
-        let [attention, prefill_phase, _] = crate::resolve::attention_backends(&on_acc, facts, Role::Prefill);
-        let backend = prefill_phase.or(attention).unwrap_or_default();
-        let mla = facts.pool().is_some_and(PoolKind::is_mla_or_hybrid);
-        if backend != "fa3" && !(backend == "trtllm_mla" && mla && rs.parallelism.attn_cp <= 1) {
-            return Some((
-                format!("{} {backend:?}.", texts::SHARDING_BACKEND).replace('"', "'"),
-                "enableKvCacheSharding",
-                "give the prefill --attention-backend fa3 (or trtllm_mla for plain-TP MLA), or turn sharding off",
-            ));
-        }
+    // The attention hook's TRTLLM MLA check runs before the KV cache hook's mxfp8 one.
+    if dtype == "mxfp8" && !acc.is_blackwell() {
+        return Some((
+            texts::MXFP8_BLACKWELL.into(),
+            "spec.kvTransfer.kvCacheDtype",
+            "use fp8_e4m3 or auto on Hopper; mxfp8 needs B200-class GPUs",
+        ));
+    }
+    if let Some(refusal) = dsv4_backend_refusal(rs, spec, facts, acc) {
+        return Some(refusal);
+    }
+    // A decode with sharding is refused earlier, as prefill-only.
+    if role == Role::Prefill
+        && rs.enable_kv_cache_sharding
+        && let Some((text, fix)) = sharding_backend_refusal(rs, spec, facts, acc)
+    {
+        return Some((text, "enableKvCacheSharding", fix));
     }
     if trtllm_mla && !matches!(dtype.as_str(), "fp8_e4m3" | "bf16" | "auto") {
         return Some((
@@ -584,6 +661,67 @@ fn accelerator_refusal(
     None
 }
 
+/// `validate_kv_shard_attention_backend` on the prefill phase's resolved backend: fa3, plain-TP
+/// trtllm_mla on an MLA model, or DSA's own backend under its narrow layout.
+fn sharding_backend_refusal(
+    rs: &RoleSpec,
+    spec: &PDDeploymentSpec,
+    facts: &ModelFacts,
+    acc: Accelerator,
+) -> Option<(String, &'static str)> {
+    let mut on_acc = spec.clone();
+    on_acc.prefill.accelerator = Some(acc);
+    let [attention, prefill_phase, _] = crate::resolve::attention_backends(&on_acc, facts, Role::Prefill);
+    let backend = prefill_phase.or(attention).unwrap_or_default();
+    let p = &rs.parallelism;
+    let fix = "give the prefill --attention-backend fa3 (or trtllm_mla for plain-TP MLA), or turn sharding off";
+    let text = match backend.as_str() {
+        "dsa" => return dsa_sharding_refusal(&on_acc, facts, acc).map(|(text, fix)| (text.to_owned(), fix)),
+        _ if facts.is_dsa() => {
+            return Some((
+                texts::DSA_SHARDING_BACKEND.into(),
+                "leave the DSA prefill's attention backends unset (dsa), or turn sharding off",
+            ));
+        }
+        "fa3" => return None,
+        "trtllm_mla" if !facts.pool().is_some_and(PoolKind::is_mla_or_hybrid) => texts::SHARDING_TRTLLM_MLA_MODEL,
+        "trtllm_mla" if p.attn_cp > 1 => texts::SHARDING_TRTLLM_MLA_CP,
+        "trtllm_mla" => return None,
+        other => return Some((format!("{} '{other}'.", texts::SHARDING_BACKEND), fix)),
+    };
+    Some((text.to_owned(), fix))
+}
+
+/// DSA's sharding layout: interleave prefill CP, TRTLLM sparse backends on an fp8_e4m3 cache
+/// with page 64, Mooncake, and an indexer that neither pools nor compresses.
+fn dsa_sharding_refusal(spec: &PDDeploymentSpec, facts: &ModelFacts, acc: Accelerator) -> Option<(&'static str, &'static str)> {
+    let rs = &spec.prefill;
+    let p = &rs.parallelism;
+    if p.attn_cp <= 1 || p.cp_strategy != Some(crate::api::CpStrategy::Interleave) || p.pp != 1 {
+        return Some((
+            texts::DSA_SHARDING_CP,
+            "run the DSA prefill with attnCp > 1, cpStrategy: interleave and pp: 1, or turn sharding off",
+        ));
+    }
+    let fp8 = crate::resolve::kv_cache_dtype(spec, facts, Role::Prefill) == "fp8_e4m3";
+    // `_dsa_split_backend_resolution`'s defaults where extraArgs name none.
+    let default = if fp8 && acc.is_blackwell() { "trtllm" } else { "other" };
+    let backend = |dest: &str| extra_value(&rs.template.extra_args, dest).unwrap_or_else(|| default.into());
+    let page = crate::resolve::role_page_size(spec, facts, Role::Prefill, spec.kv_transfer.page_size);
+    if !fp8 || backend("dsa_prefill_backend") != "trtllm" || backend("dsa_decode_backend") != "trtllm" || page != 64 {
+        return Some((
+            texts::DSA_SHARDING_TRTLLM,
+            "use kvCacheDtype fp8_e4m3 (auto resolves it on B200) with the trtllm DSA backends and page size 64, or turn sharding off",
+        ));
+    }
+    // `mooncake_tcp` is rewritten to mooncake (with TCP forced) before this check.
+    let mooncake = matches!(spec.kv_transfer.backend, TransferBackend::Mooncake | TransferBackend::MooncakeTcp);
+    if !mooncake || rs.enable_dsa_cache_layer_split || facts.dsa_index_pooled {
+        return Some((texts::DSA_SHARDING_MOONCAKE, "use backend: mooncake without enableDsaCacheLayerSplit, or turn sharding off"));
+    }
+    None
+}
+
 /// Start-up refusals that depend on the GPU: an error on the role's accelerator, or, when the
 /// role names none, an error if every profile refuses and a warning naming those that do.
 fn check_accelerator(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
@@ -591,13 +729,13 @@ fn check_accelerator(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: 
     let fix_unknown = format!("set {} to the GPU its pods run on (H100, H200 or B200)", role.field("accelerator"));
     match rs.accelerator {
         Some(acc) => {
-            if let Some((text, f, fix)) = accelerator_refusal(rs, spec, facts, acc) {
+            if let Some((text, f, fix)) = accelerator_refusal(role, rs, spec, facts, acc) {
                 out.push(Finding::error("accelerator-startup", field(f), format!("{text} ({} on {acc})", role.as_str()), fix));
             }
         }
         None => {
             let refusing: Vec<_> =
-                Accelerator::ALL.iter().filter_map(|&a| accelerator_refusal(rs, spec, facts, a).map(|r| (a, r))).collect();
+                Accelerator::ALL.iter().filter_map(|&a| accelerator_refusal(role, rs, spec, facts, a).map(|r| (a, r))).collect();
             let Some((_, (text, f, fix))) = refusing.first().cloned() else { return };
             let names: Vec<&str> = refusing.iter().map(|(a, _)| a.as_str()).collect();
             if refusing.len() == Accelerator::ALL.len() {

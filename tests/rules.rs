@@ -791,3 +791,115 @@ fn pipeline_parallel_speculative_decoding_runs_only_on_the_prefill() {
     let text = "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding";
     assert!(has(&f, "pp-speculative", Severity::Error, "spec.prefill.parallelism.pp", text), "{f:#?}");
 }
+
+#[test]
+fn joint_refusals_carry_the_check_sglang_runs_first() {
+    use pd_operator::api::Accelerator::{B200, H100};
+    // TRTLLM MLA on Hopper is refused before an mxfp8 KV cache is.
+    let mut good = mla();
+    good.prefill.template.extra_args = vec!["--attention-backend".into(), "trtllm_mla".into()];
+    good.prefill.accelerator = Some(B200);
+    let mut bad = good.clone();
+    bad.prefill.accelerator = Some(H100);
+    bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Mxfp8;
+    case("accelerator-startup", good, bad, "spec.prefill.template.extraArgs", "TRTLLM MLA backend is only supported on Blackwell GPUs");
+    // A GQA cache shards over prefill CP (the fa3 backend, Hopper); what else sharding refuses.
+    let mut good = gqa();
+    good.prefill.enable_kv_cache_sharding = true;
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    good.prefill.accelerator = Some(H100);
+    let mut bad = good.clone();
+    for role in [&mut bad.prefill, &mut bad.decode] {
+        role.template.env = vec![env("SGLANG_DISAGG_STAGING_BUFFER", "1")];
+    }
+    case("sharding-staging", good.clone(), bad, "spec.prefill.template.env", "incompatible with SGLANG_DISAGG_STAGING_BUFFER");
+    let mut bad = good.clone();
+    for role in [&mut bad.prefill, &mut bad.decode] {
+        role.template.extra_args = ["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "1"].map(String::from).to_vec();
+    }
+    case("sharding-speculative", good.clone(), bad, "spec.prefill.template.extraArgs", "only for GLM DSA single-layer NextN MTP");
+    let mut bad = good.clone();
+    bad.kv_transfer.backend = TransferBackend::Mori;
+    case(
+        "sharding-backend",
+        good.clone(),
+        bad,
+        "spec.kvTransfer.backend",
+        "transfer backends: both route sends through CommonKVSender._prepare_send_indices and pair destinations by fancy index. Got --disaggregation-transfer-backend 'mori'.",
+    );
+    let mut bad = good.clone();
+    bad.prefill.template.extra_args = vec!["--attention-backend".into(), "trtllm_mla".into()];
+    bad.prefill.accelerator = Some(B200);
+    case(
+        "accelerator-startup",
+        good.clone(),
+        bad,
+        "spec.prefill.enableKvCacheSharding",
+        "KV sharding with trtllm_mla requires an MLA model.",
+    );
+    // DeepSeek-V4 prefills on its own `dsv4` backend, which sharding does not take.
+    let mut v4 = base("x");
+    v4.model.architecture = Some("DeepseekV4ForCausalLM".into());
+    let mut bad = v4.clone();
+    bad.prefill.enable_kv_cache_sharding = true;
+    case("accelerator-startup", v4.clone(), bad, "spec.prefill.enableKvCacheSharding", "or trtllm_mla for plain-TP MLA; got 'dsv4'.");
+    // DeepSeek-V4 CP names its strategies before the generic `--cp-strategy` check.
+    let mut bad = v4;
+    bad.prefill.parallelism.attn_cp = 2;
+    case(
+        "cp-strategy-required",
+        gqa(),
+        bad,
+        "spec.prefill.parallelism.cpStrategy",
+        "DeepSeekV4 only supports interleave/zigzag CP strategy, got None",
+    );
+    // A CP width that does not divide tp is named alone.
+    let mut bad = gqa();
+    bad.prefill.parallelism.tp = 2;
+    bad.prefill.parallelism.attn_cp = 4;
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    case("tp-divisible-by-attn-groups", gqa(), bad, "spec.prefill.parallelism.tp", "tp_size must be divisible by attn_cp_size: tp 2");
+}
+
+#[test]
+fn dsa_shards_and_splits_context_only_as_sglang_allows() {
+    use pd_operator::api::Accelerator::{B200, H100};
+    let dsa = base("deepseek-ai/DeepSeek-V3.2-Exp");
+    // DSA runs context parallelism on the prefill only.
+    let mut good = dsa.clone();
+    good.prefill.parallelism.attn_cp = 2;
+    good.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    let mut bad = dsa.clone();
+    bad.decode.parallelism.attn_cp = 2;
+    bad.decode.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    case("dsa-decode-cp", good.clone(), bad, "spec.decode.parallelism.attnCp", "CP is only supported for prefill when PD disaggregation");
+    let mut bad = good.clone();
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    case("v32-zigzag-cp", good.clone(), bad, "spec.prefill.parallelism.cpStrategy", "DeepSeek V3.2 prefill CP does not support --cp-strategy zigzag");
+    // MiMo V2 takes the other strategy only.
+    let mut mimo = gqa();
+    mimo.model.architecture = Some("MiMoV2FlashForCausalLM".into());
+    mimo.prefill.parallelism.attn_cp = 2;
+    mimo.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
+    let mut bad = mimo.clone();
+    bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    case("mimo-v2-cp-strategy", mimo, bad, "spec.prefill.parallelism.cpStrategy", "MiMo V2 prefill CP only supports --cp-strategy zigzag.");
+    // DSA sharding: its own backend, interleave CP, TRTLLM on an fp8_e4m3 cache (auto on B200).
+    let mut good = good;
+    good.prefill.enable_kv_cache_sharding = true;
+    good.prefill.accelerator = Some(B200);
+    let at = "spec.prefill.enableKvCacheSharding";
+    let mut bad = dsa.clone();
+    bad.prefill.enable_kv_cache_sharding = true;
+    bad.prefill.accelerator = Some(B200);
+    case("accelerator-startup", good.clone(), bad.clone(), at, "DSA KV sharding requires CUDA interleave prefill CP > 1 and PP1.");
+    bad.prefill.template.extra_args = vec!["--attention-backend".into(), "fa3".into()];
+    case("accelerator-startup", good.clone(), bad, at, "DSA KV sharding requires the dsa attention backend.");
+    let mut bad = good.clone();
+    bad.prefill.accelerator = Some(H100);
+    case("accelerator-startup", good.clone(), bad, at, "DSA KV sharding requires TRTLLM prefill/decode with fp8_e4m3 KV and page size 64.");
+    let mut bad = good.clone();
+    bad.kv_transfer.backend = TransferBackend::Nixl;
+    case("accelerator-startup", good, bad, at, "DSA KV sharding requires Mooncake, uncompressed index_kpool=1");
+}
