@@ -149,8 +149,8 @@ struct Row {
     n: usize,
     controller: Option<Run>,
     writes_per_pdd: f64,
-    floor: Option<(f64, f64)>,
-    floor_all_running: Option<f64>,
+    floor: Option<Floor>,
+    floor_all: Option<Floor>,
     lws: Option<Run>,
 }
 
@@ -182,6 +182,28 @@ fn sidecar_model(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
                 let _ = pods.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(patch)).await;
             });
         }
+    })
+}
+
+/// Seconds from `start` until `want` pods of `ns` are Ready, watched (a list every poll would
+/// itself load the apiserver the run measures).
+fn ready_watch(client: &Client, ns: &str, want: usize, start: Instant) -> tokio::task::JoinHandle<f64> {
+    use futures::TryStreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let mut ready = std::collections::HashSet::new();
+        let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff().applied_objects());
+        while let Ok(Some(pod)) = stream.try_next().await {
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+            if conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")) {
+                ready.insert(pod.metadata.name.clone().unwrap_or_default());
+                if ready.len() >= want {
+                    return start.elapsed().as_secs_f64();
+                }
+            }
+        }
+        f64::NAN
     })
 }
 
@@ -291,11 +313,20 @@ where
     }
 }
 
+/// What a floor run measured, in seconds from its first create.
+struct Floor {
+    exist: f64,
+    running: f64,
+    /// Every pod Ready, the decode pods' gates passed by the modelled sidecar (`everything` only).
+    ready: Option<f64>,
+}
+
 /// The floor: the rendered pods created directly (after the decode ServiceAccount they run
 /// under), 8 sequential creates per PDDeployment, PDDeployments concurrent. With `everything`,
 /// every other rendered object (Service, ConfigMap, Role, RoleBinding, NetworkPolicy) is created
-/// first too: the cost of the object set itself, without a controller.
-async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
+/// first too: the cost of the object set itself, without a controller; and the sidecar model
+/// passes the decode pods' gates, as in the controller run, to time every pod Ready as well.
+async fn floor(client: &Client, n: usize, everything: bool) -> Floor {
     let ns = format!("bench-floor{}-{n}", if everything { "-all" } else { "" });
     namespace(client, &ns).await;
     let facts = pd_operator::model::resolve(&spec().model, None);
@@ -309,6 +340,7 @@ async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
         .collect();
     let costs = Costs::now(client).await;
     let start = Instant::now();
+    let gates = everything.then(|| (sidecar_model(client, &ns), ready_watch(client, &ns, n * 8, start)));
     join_all(batches.into_iter().map(|r| {
         let ns = ns.as_str();
         async move {
@@ -332,9 +364,17 @@ async fn floor(client: &Client, n: usize, everything: bool) -> (f64, f64) {
         }
         tokio::time::sleep(POLL).await;
     };
+    let ready = match gates {
+        Some((sidecars, ready)) => {
+            let at = ready.await.ok();
+            sidecars.abort();
+            at
+        }
+        None => None,
+    };
     costs.report(client, &format!("N={n} {ns}")).await;
     delete_namespace(client, &ns).await;
-    (exist, running)
+    Floor { exist, running, ready }
 }
 
 fn lws_resource() -> ApiResource {
@@ -468,14 +508,15 @@ fn cell(v: Option<f64>, suffix: &str) -> String {
 
 fn print_tables(rows: &[Row]) {
     println!(
-        "| N PDDeployments (8 pods each) | pods exist (s) | every pod Running (s) | all statuses current (s) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment | floor: pods created (s) | floor: pods Running (s) | floor, every object: Running (s) | ratio to it |"
+        "| N PDDeployments (8 pods each) | pods exist (s) | every pod Running (s) | all statuses current (s) | controller CPU (s) | controller peak RSS (MiB) | API writes per PDDeployment | floor: pods created (s) | floor: pods Running (s) | floor, every object: Running (s) | ratio to it | every object, gates passed: Ready (s) | ratio to it |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let c = r.controller;
-        let ratio = c.zip(r.floor_all_running).map(|(c, f)| format!("{:.2}x", c.status_current / f)).unwrap_or_else(|| "–".into());
+        let all = r.floor_all.as_ref();
+        let ratio = |f: Option<f64>| c.zip(f).map(|(c, f)| format!("{:.2}x", c.status_current / f)).unwrap_or_else(|| "–".into());
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {ratio} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
             r.n,
             cell(c.map(|c| c.pods_exist), ""),
             cell(c.map(|c| c.pods_running), ""),
@@ -483,9 +524,12 @@ fn print_tables(rows: &[Row]) {
             cell(c.map(|c| c.cpu), ""),
             cell(c.map(|c| c.rss_mib), ""),
             r.writes_per_pdd,
-            cell(r.floor.map(|f| f.0), ""),
-            cell(r.floor.map(|f| f.1), ""),
-            cell(r.floor_all_running, ""),
+            cell(r.floor.as_ref().map(|f| f.exist), ""),
+            cell(r.floor.as_ref().map(|f| f.running), ""),
+            cell(all.map(|f| f.running), ""),
+            ratio(all.map(|f| f.running)),
+            cell(all.and_then(|f| f.ready), ""),
+            ratio(all.and_then(|f| f.ready)),
         );
     }
     println!();
@@ -525,7 +569,7 @@ async fn one_size(client: &Client, bin: &str, n: usize) -> Row {
     }
     if part("floor-all") {
         eprintln!("[bench] N={n}: floor with every rendered object");
-        row.floor_all_running = Some(floor(client, n, true).await.1);
+        row.floor_all = Some(floor(client, n, true).await);
     }
     if part("lws") {
         eprintln!("[bench] N={n}: LeaderWorkerSets");
