@@ -403,10 +403,14 @@ fn status_delay(
 }
 
 /// Whether a status change must be written at once rather than coalesced with the progress
-/// writes: a new generation, rank map or KV set, anything turning bad, Ready turning True, or a rollout
-/// completing. Good news on the way (one role available, the other still starting) waits.
+/// writes: a new generation or KV set, a rank map entry changed or gone, anything turning bad,
+/// Ready turning True, or a rollout completing. Good news on the way (one role available, the
+/// other still starting, one more decode's rank map) waits: the last of it comes with Ready.
 fn urgent(previous: &crate::api::PDDeploymentStatus, next: &crate::api::PDDeploymentStatus) -> bool {
-    if previous.observed_generation != next.observed_generation || previous.rank_map != next.rank_map || previous.kv_set != next.kv_set {
+    if previous.observed_generation != next.observed_generation || previous.kv_set != next.kv_set {
+        return true;
+    }
+    if previous.rank_map.iter().any(|m| !next.rank_map.contains(m)) {
         return true;
     }
     next.conditions.iter().any(|c| {
@@ -819,7 +823,11 @@ mod tests {
         assert!(urgent(&ready, &with_conditions(2, &[])), "a new generation is written at once");
         let mut mapped = ready.clone();
         mapped.rank_map = vec![Default::default()];
-        assert!(urgent(&ready, &mapped), "a new rank map is written at once");
+        assert!(!urgent(&ready, &mapped), "one more decode's rank map can wait");
+        let mut remapped = mapped.clone();
+        remapped.rank_map[0].decode_instance = 1;
+        assert!(urgent(&mapped, &remapped), "a changed rank map is written at once");
+        assert!(urgent(&mapped, &ready), "a rank map that lost an entry is written at once");
     }
 
     #[test]
