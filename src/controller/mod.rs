@@ -1,5 +1,6 @@
 //! The reconciler: read → validate → render (pure) → plan (pure) → apply → status.
 
+mod cache;
 pub mod leader;
 pub mod metrics;
 pub mod plan;
@@ -25,7 +26,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,6 +38,7 @@ use tracing::{info, warn};
 use crate::api::PDDeployment;
 use crate::model::HfConfig;
 use crate::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions};
+use cache::{Cache, cached};
 use metrics::{AdminState, Metrics};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
@@ -135,16 +137,16 @@ pub struct Context {
 /// Reflector caches of every child kind the operator owns (label `managed-by=pd-operator`).
 #[derive(Clone)]
 pub struct ChildStores {
-    pods: Store<Pod>,
-    services: Store<Service>,
-    config_maps: Store<ConfigMap>,
-    deployments: Store<Deployment>,
-    service_accounts: Store<ServiceAccount>,
-    roles: Store<Role>,
-    role_bindings: Store<RoleBinding>,
-    network_policies: Store<NetworkPolicy>,
+    pods: Cache<Pod>,
+    services: Cache<Service>,
+    config_maps: Cache<ConfigMap>,
+    deployments: Cache<Deployment>,
+    service_accounts: Cache<ServiceAccount>,
+    roles: Cache<Role>,
+    role_bindings: Cache<RoleBinding>,
+    network_policies: Cache<NetworkPolicy>,
     /// Only where the cluster serves Kubernetes' gang scheduling API.
-    pod_groups: Option<Store<PodGroup>>,
+    pod_groups: Option<Cache<PodGroup>>,
 }
 
 impl ChildStores {
@@ -210,16 +212,6 @@ impl ChildStores {
     }
 }
 
-/// The children of PDDeployment `ns/name` (uid `uid`) in a cache.
-fn children_in<K: Resource<DynamicType = ()> + Clone>(store: &Store<K>, ns: &str, name: &str, uid: &str) -> Vec<Arc<K>> {
-    store.state_filter(|o| {
-        let m = o.meta();
-        m.namespace.as_deref() == Some(ns)
-            && m.labels.as_ref().and_then(|l| l.get(LABEL_DEPLOYMENT)).map(String::as_str) == Some(name)
-            && owned_by(m, uid)
-    })
-}
-
 fn digest<T: Serialize>(obj: &T) -> String {
     let bytes = serde_json::to_vec(obj).unwrap_or_default();
     Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -263,7 +255,7 @@ impl Context {
     }
 
     /// Applies each support object whose desired content changed, then deletes leftovers.
-    async fn sync_children<K>(&self, store: &Store<K>, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
+    async fn sync_children<K>(&self, store: &Cache<K>, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
@@ -274,7 +266,7 @@ impl Context {
     /// not deleted when it is not rendered.
     async fn sync_children_keeping<K>(
         &self,
-        store: &Store<K>,
+        store: &Cache<K>,
         owner: (&str, &str, &str),
         desired: &[K],
         keep: &BTreeSet<String>,
@@ -284,7 +276,7 @@ impl Context {
     {
         let (ns, name, uid) = owner;
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-        let existing = children_in(store, ns, name, uid);
+        let existing = store.children(ns, name, uid);
         // Unchanged children are kept from the cache; the changed ones are applied at once.
         let mut current: Vec<Option<K>> = Vec::with_capacity(desired.len());
         let mut changed = Vec::new();
@@ -505,25 +497,6 @@ impl Backoff for NoSharedBackoff {
     fn reset(&mut self) {}
 }
 
-/// A watch of `api` that keeps a cache of what it sees, and the stream that triggers reconciles.
-/// Managed fields are dropped (most of an object's bytes, never read here), and `slim` drops
-/// whatever else of `K` reconciles do not read.
-fn cached<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    slim: fn(&mut K),
-) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let events = watcher(api, config).backoff(watch_backoff()).modify(move |o: &mut K| {
-        o.meta_mut().managed_fields = None;
-        slim(o);
-    });
-    (reader, reflector::reflector(writer, events).touched_objects())
-}
-
 /// The PDDeployment a pod event wakes: the one its `pd.inference.dev/deployment` label names. By
 /// owner it would miss the router's pods, which the router Deployment's ReplicaSet owns: a KV set
 /// surge waits for the old router pod to be gone, and its going changes nothing the PDDeployment
@@ -698,8 +671,9 @@ async fn reconcile_term(
         network_policies: policy_store,
         pod_groups: group_store,
     };
-    let (pdd_store, pdd_events) =
+    let (pdd_cache, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
+    let pdd_store = pdd_cache.store;
     let settings = &Settings { render: RenderOptions { workload_api, ..settings.render.clone() }, ..settings.clone() };
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
     info!(namespace = ns.unwrap_or("<all>"), "controller started");
@@ -723,7 +697,7 @@ async fn reconcile_term(
         .graceful_shutdown_on(term.clone().cancelled_owned())
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(move |res| {
-            metrics.managed.set(pdd_store.state().len() as i64);
+            metrics.managed.set(pdd_store.len() as i64);
             async move {
                 if let Err(e) = res {
                     tracing::debug!(error = %e, "controller event");

@@ -15,7 +15,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::plan::{self, DeleteReason, ObservedPod, Plan};
 use super::sets::{self, Decision};
-use super::{Context, Error, children_in, model_config, status, status_delay, write_status};
+use super::{Context, Error, model_config, status, status_delay, write_status};
 use crate::api::{PDDeployment, PDDeploymentStatus};
 use crate::api::{Role, RolloutStrategy};
 use crate::model::ModelFacts;
@@ -119,9 +119,7 @@ impl<'a> Pass<'a> {
         // pods (owned by a ReplicaSet).
         let (mut observed, mut router_pod_sets) = (Vec::new(), BTreeSet::new());
         let label = |p: &Pod, key: &str| p.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
-        let mine = ctx.stores.pods.state_filter(|p| {
-            p.metadata.namespace.as_deref() == Some(ns.as_str()) && label(p, render::LABEL_DEPLOYMENT).as_deref() == Some(name.as_str())
-        });
+        let mine = ctx.stores.pods.labelled(&ns, &name);
         for pod in &mine {
             if super::owned_by(&pod.metadata, &uid) {
                 observed.extend(ObservedPod::from_pod(pod));
@@ -190,7 +188,7 @@ impl<'a> Pass<'a> {
     /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.
     fn router(&self) -> Option<sets::Router> {
         let wanted = render::router_name(&self.name);
-        let deployments = children_in(&self.ctx.stores.deployments, &self.ns, &self.name, &self.uid);
+        let deployments = self.ctx.stores.deployments.children(&self.ns, &self.name, &self.uid);
         let d = deployments.iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))?;
         sets::Router::observe(d, &self.router_pod_sets)
     }
@@ -407,13 +405,13 @@ mod tests {
     use std::sync::Mutex;
 
     use kube::Resource;
-    use kube::runtime::reflector::Store;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher::Event;
     use serde_json::Value;
 
     use super::*;
     use crate::controller::ChildStores;
+    use crate::controller::cache::{Cache, DeploymentIndex};
     use crate::controller::metrics::Metrics;
 
     /// One request the scripted API received: method, path, body.
@@ -444,19 +442,20 @@ mod tests {
         (kube::Client::new(service, "default"), log)
     }
 
-    /// A store already listed (ready), holding `objects`.
-    fn store<K>(objects: Vec<K>) -> Store<K>
+    /// A cache already listed (ready), holding `objects`.
+    fn store<K>(objects: Vec<K>) -> Cache<K>
     where
         K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
     {
         let mut writer = Writer::default();
         let reader = writer.as_reader();
-        writer.apply_watcher_event(&Event::Init);
-        for o in objects {
-            writer.apply_watcher_event(&Event::InitApply(o));
+        let index = DeploymentIndex::default();
+        let events = std::iter::once(Event::Init).chain(objects.into_iter().map(Event::InitApply)).chain([Event::InitDone]);
+        for e in events {
+            writer.apply_watcher_event(&e);
+            index.observe(&e);
         }
-        writer.apply_watcher_event(&Event::InitDone);
-        reader
+        Cache::new(reader, index)
     }
 
     /// The objects of kind `plural` the scripted API was asked to apply.
