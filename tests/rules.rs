@@ -876,7 +876,13 @@ fn dsa_shards_and_splits_context_only_as_sglang_allows() {
     case("dsa-decode-cp", good.clone(), bad, "spec.decode.parallelism.attnCp", "CP is only supported for prefill when PD disaggregation");
     let mut bad = good.clone();
     bad.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
-    case("v32-zigzag-cp", good.clone(), bad, "spec.prefill.parallelism.cpStrategy", "DeepSeek V3.2 prefill CP does not support --cp-strategy zigzag");
+    case(
+        "v32-zigzag-cp",
+        good.clone(),
+        bad,
+        "spec.prefill.parallelism.cpStrategy",
+        "DeepSeek V3.2 prefill CP does not support --cp-strategy zigzag",
+    );
     // MiMo V2 takes the other strategy only.
     let mut mimo = gqa();
     mimo.model.architecture = Some("MiMoV2FlashForCausalLM".into());
