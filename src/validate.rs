@@ -254,12 +254,16 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     }
 }
 
+/// `--speculative-algorithm` as resolution leaves it for the start-up checks: NEXTN becomes EAGLE.
+fn speculative_algorithm(args: &[String]) -> Option<String> {
+    extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE"))
+}
+
 /// Pipeline parallelism with speculative decoding (`check_pipeline_parallel_compat`): only
 /// non-multi-layer EAGLE, and under PD only on the prefill (DSpark: prefill only too).
 fn check_pp_speculative(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
     let args = &rs.template.extra_args;
-    // Resolution turns NEXTN into EAGLE before this check.
-    let Some(algo) = extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE")) else { return };
+    let Some(algo) = speculative_algorithm(args) else { return };
     if rs.parallelism.pp <= 1 {
         return;
     }
@@ -291,18 +295,17 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Fin
         };
         // `_handle_data_parallelism` asserts `tp_size % attn_dp_size == 0` without a message;
         // the context-parallel asserts check the CP width alone first.
-        let message = if !p.tp.is_multiple_of(r.attn_dp) {
+        let bare = if p.tp.is_multiple_of(r.attn_dp) { "" } else { "; SGLang raises a bare AssertionError" };
+        let message = if bare.is_empty() && !p.tp.is_multiple_of(r.attn_cp) {
+            format!("{}: tp {} is not a multiple of attnCp {}{resolved}", texts::TP_ATTN_CP, p.tp, r.attn_cp)
+        } else {
             format!(
-                "{}: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}; SGLang raises a bare AssertionError",
+                "{}: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}{bare}",
                 texts::TP_ATTN_GROUPS,
                 p.tp,
                 p.attn_dp,
                 p.attn_cp
             )
-        } else if !p.tp.is_multiple_of(r.attn_cp) {
-            format!("{}: tp {} is not a multiple of attnCp {}{resolved}", texts::TP_ATTN_CP, p.tp, r.attn_cp)
-        } else {
-            format!("{}: tp {} is not a multiple of attnDp {} × attnCp {}{resolved}", texts::TP_ATTN_GROUPS, p.tp, p.attn_dp, p.attn_cp)
         };
         out.push(Finding::error(
             "tp-divisible-by-attn-groups",
@@ -560,9 +563,7 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
 /// config.json is given the benefit of the doubt on the NextN layer count.
 fn sharding_speculation_supported(rs: &RoleSpec, facts: &ModelFacts) -> bool {
     let args = &rs.template.extra_args;
-    let Some(algo) = extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE")) else {
-        return true;
-    };
+    let Some(algo) = speculative_algorithm(args) else { return true };
     algo == "EAGLE"
         && facts.architecture.as_deref() == Some("GlmMoeDsaForCausalLM")
         && facts.nextn_layers.is_none_or(|n| n == Some(1))
