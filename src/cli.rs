@@ -259,7 +259,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
         Err(e) => return runtime_error(format!("cannot start the async runtime: {e}")),
     };
     let code = rt.block_on(async move {
-        let client = match kube::Client::try_default().await {
+        let client = match crate::kube_client::connect().await {
             Ok(c) => c,
             Err(e) => {
                 return runtime_error(format!("cannot reach the Kubernetes API (KUBECONFIG or in-cluster config): {e}"));

@@ -3,6 +3,7 @@ pub mod cli;
 pub mod controller;
 pub mod handshake;
 pub mod http_client;
+pub mod kube_client;
 pub mod manifest;
 pub mod model;
 pub mod parity;

@@ -23,6 +23,21 @@ fn crd_applies_server_side_and_is_established() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "True");
 }
 
+/// The operator's client multiplexes its requests over HTTP/2, as client-go does; kube's default
+/// client speaks HTTP/1.1 and holds a TLS connection per request in flight.
+#[tokio::test]
+async fn the_operator_client_speaks_http2_with_many_requests_in_flight() {
+    let client = pd_operator::kube_client::from_config(cluster().config().await).expect("client");
+    let version = http::Request::get("/version").body(kube::client::Body::empty()).unwrap();
+    let answer = client.send(version).await.expect("GET /version");
+    assert_eq!(answer.version(), http::Version::HTTP_2, "negotiated protocol");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let params = kube::api::ListParams::default();
+    let lists = futures::future::join_all((0..200).map(|_| namespaces.list(&params))).await;
+    let failed: Vec<_> = lists.iter().filter_map(|l| l.as_ref().err()).collect();
+    assert!(failed.is_empty(), "{} of 200 concurrent lists failed, first: {:?}", failed.len(), failed.first());
+}
+
 #[tokio::test]
 async fn a_valid_example_is_stored_and_read_back_with_defaults() {
     let ns = TestNamespace::new("store");

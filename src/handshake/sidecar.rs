@@ -351,7 +351,7 @@ pub async fn run(cfg: SidecarConfig, shutdown: impl std::future::Future<Output =
     let mut tasks: BTreeMap<String, tokio::task::JoinHandle<()>> = BTreeMap::new();
     let mut background = Vec::new();
     if let Some(pod) = cfg.pod.clone() {
-        let client = kube::Client::try_default().await?;
+        let client = crate::kube_client::connect().await?;
         let span = info_span!("report", pod = %format!("{}/{}", pod.0, pod.1));
         background.push(tokio::spawn(report_to_pod(client, pod, verdicts.clone(), changed_rx).instrument(span)));
     }

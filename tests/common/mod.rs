@@ -96,10 +96,13 @@ impl Cluster {
         child.wait_with_output().unwrap()
     }
 
-    pub async fn client(&self) -> Client {
+    pub async fn config(&self) -> kube::Config {
         let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
-        Client::try_from(config).expect("client")
+        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig")
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::try_from(self.config().await).expect("client")
     }
 }
 
