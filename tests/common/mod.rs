@@ -203,8 +203,19 @@ pub struct ControllerProcess {
     env: Vec<(String, String)>,
 }
 
+/// A port nothing listens on, and one this test process has not handed out before: the kernel may
+/// give a just-released port again, and two replicas started together once got the same admin
+/// port (the second could not listen, and the first's /metrics answered for both).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 impl ControllerProcess {
