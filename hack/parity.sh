@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Engine parity (docs/parity.md): `pd-operator validate` against SGLang 0.5.23's own start-up
-# resolution on the examples, the specs the rule tests validate, and fixed-seed generated specs.
-#   hack/parity.sh            the full run (5,000 generated specs), what `make parity` runs
-#   hack/parity.sh --sample   examples + rule-test specs + a 300-spec sample, for CI
-# Env: PARITY_GENERATED=N and PARITY_SEED=S override the generated corpus; PARITY_JOBS=N oracle
-# workers per accelerator profile (default 2); PARITY_JSON=path keeps the per-case report.
+# Engine parity (docs/parity.md): `pd-operator validate` against each supported SGLang release's
+# own start-up resolution on the examples, the specs the rule tests validate, and fixed-seed
+# generated specs. 0.5.23 runs in the oracle venv; 0.5.21 and 0.5.22 run the same venv with their
+# own unpacked wheel first on PYTHONPATH (hack/sglang-release.sh), and the operator judges and
+# renders every spec that names no release as that release (`parity-cases --engine-version`).
+#   hack/parity.sh            the full run (5,000 generated specs per release), `make parity`
+#   hack/parity.sh --sample   examples + rule-test specs + a fixed-seed sample per release, for CI
+# Env: PARITY_RELEASES="0.5.21 0.5.22 0.5.23" picks releases; PARITY_GENERATED=N and
+# PARITY_SEED=S override the generated corpus; PARITY_JOBS=N oracle workers per accelerator
+# profile (default 2); PARITY_JSON=prefix keeps the per-case report (prefix-<release>.json).
 # The full run keeps SGLang's results in PARITY_ORACLE_CACHE (default under ~/.cache/pd-operator),
-# keyed by the oracle's code, its venv and each process's inputs, so a rerun sends only cases
-# whose argv changed to SGLang; PARITY_ORACLE_CACHE= (empty) runs every case. --sample never
-# reads it: CI runs SGLang on every case of its sample.
+# keyed by the oracle's code, its venv, the release's code and each process's inputs, so a rerun
+# sends only cases whose argv changed to SGLang; PARITY_ORACLE_CACHE= (empty) runs every case.
+# --sample never reads it: CI runs SGLang on every case of its sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REFERENCE=0.5.23
+releases=${PARITY_RELEASES:-0.5.21 0.5.22 0.5.23}
 generated=${PARITY_GENERATED:-5000}
 cache=${PARITY_ORACLE_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/parity-oracle.jsonl}
-[ "${1:-}" = "--sample" ] && generated=${PARITY_GENERATED:-300} && cache=""
+sample=false
+[ "${1:-}" = "--sample" ] && sample=true && cache=""
 seed=${PARITY_SEED:-15}
 python=$(hack/sglang-oracle-venv.sh | tail -n1)
 target=${CARGO_TARGET_DIR:-target}
@@ -22,6 +29,23 @@ work="$(realpath -m "$target/parity")"
 rm -rf "$work" && mkdir -p "$work/rules"
 # The rule tests write every spec they validate when PD_PARITY_DUMP names a directory.
 PD_PARITY_DUMP="$work/rules" cargo test --quiet --locked --test rules >/dev/null
-"$python" tests/parity/parity.py --operator "$target/debug/pd-operator" --python "$python" \
-  --examples examples/*.yaml --rules-dir "$work/rules" --layouts --generated "$generated" --seed "$seed" \
-  --workdir "$work" --jobs "${PARITY_JOBS:-2}" ${PARITY_JSON:+--json "$PARITY_JSON"} ${cache:+--oracle-cache "$cache"}
+failed=()
+for release in $releases; do
+  n=$generated
+  args=(--release "$release")
+  if [ "$release" = "$REFERENCE" ]; then
+    # The DeepSeek-V4 KV layout corpus: the layout is in the handshake from 0.5.23 on.
+    args+=(--layouts)
+    $sample && n=${PARITY_GENERATED:-300}
+  else
+    args+=(--release-dir "$(hack/sglang-release.sh "$release")")
+    # The older releases' sample is smaller: the reference carries the layout corpus and most rules.
+    $sample && n=${PARITY_GENERATED:-120}
+  fi
+  echo "[parity] SGLang $release: examples, rule specs, $n generated specs" >&2
+  "$python" tests/parity/parity.py --operator "$target/debug/pd-operator" --python "$python" "${args[@]}" \
+    --examples examples/*.yaml --rules-dir "$work/rules" --generated "$n" --seed "$seed" \
+    --workdir "$work/$release" --jobs "${PARITY_JOBS:-2}" ${PARITY_JSON:+--json "$PARITY_JSON-$release.json"} \
+    ${cache:+--oracle-cache "$cache"} || failed+=("$release")
+done
+[ ${#failed[@]} -eq 0 ] || { echo "[parity] disagreements with SGLang ${failed[*]} (above)" >&2; exit 1; }

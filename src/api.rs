@@ -23,6 +23,8 @@ pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
 pub const DEFAULT_HTTP_PORT: u16 = 30000;
 pub const DEFAULT_ROUTER_PORT: u16 = 8000;
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+/// SGLang's own images, one tag per release (`v0.5.23`).
+pub const DEFAULT_SGLANG_REPOSITORY: &str = "lmsysorg/sglang";
 pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
 /// The PD router for both engine types: SGLang's model gateway (PyPI `smg`) on Debian's Python,
 /// built by hack/gateway-image.sh (which reads the smg version from this tag).
@@ -90,12 +92,17 @@ pub struct EngineSpec {
     /// `sglang` (the real engine) or `sim` (GPU-free stand-in speaking SGLang's bootstrap protocol).
     #[serde(default, rename = "type")]
     pub engine_type: EngineType,
-    /// Engine image. Defaults to `lmsysorg/sglang:v0.5.23` for `sglang` and to the operator's own
-    /// image for `sim`.
+    /// Engine image. Defaults to `lmsysorg/sglang:v<version>` (`v0.5.23` when no version is
+    /// given) for `sglang` and to the operator's own image for `sim`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
+    /// The SGLang release the image runs (e.g. `0.5.21`): the rules, the option table and the
+    /// flags rendered are that release's. Unset: read from the image tag (`…:v0.5.21`); an image
+    /// whose tag names no supported release is judged with the nearest one, with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]

@@ -153,6 +153,9 @@ pub struct ValidateArgs {
     /// Check for pods on this GPU (H100, H200, B200) where a role's `accelerator` is unset.
     #[arg(long, value_parser = parse_accelerator)]
     pub accelerator: Option<Accelerator>,
+    /// Judge with this SGLang release (e.g. 0.5.21) where a spec sets no `engine.version`.
+    #[arg(long)]
+    pub engine_version: Option<String>,
 }
 
 fn parse_accelerator(s: &str) -> Result<Accelerator, String> {
@@ -418,16 +421,30 @@ fn referenced_config(d: &PDDeployment, loaded: &Loaded) -> Option<Result<HfConfi
     Some(HfConfig::from_config_map(cm, &r.key))
 }
 
-/// The spec with `accelerator` filled in for roles that name none.
-fn with_accelerator(
-    spec: &crate::api::PDDeploymentSpec,
+/// What the offline verdict assumes where a spec says nothing: the GPU of roles that name none,
+/// and the SGLang release of a spec that sets no `engine.version`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Assumed<'a> {
     accelerator: Option<Accelerator>,
-) -> std::borrow::Cow<'_, crate::api::PDDeploymentSpec> {
+    engine_version: Option<&'a str>,
+}
+
+impl<'a> From<&'a ValidateArgs> for Assumed<'a> {
+    fn from(args: &'a ValidateArgs) -> Self {
+        Assumed { accelerator: args.accelerator, engine_version: args.engine_version.as_deref() }
+    }
+}
+
+/// The spec with what `assumed` names filled in where the spec is silent.
+fn with_assumed<'s>(spec: &'s crate::api::PDDeploymentSpec, assumed: Assumed<'_>) -> std::borrow::Cow<'s, crate::api::PDDeploymentSpec> {
     let mut spec = std::borrow::Cow::Borrowed(spec);
-    if let Some(acc) = accelerator {
+    if let Some(acc) = assumed.accelerator {
         let s = spec.to_mut();
         s.prefill.accelerator.get_or_insert(acc);
         s.decode.accelerator.get_or_insert(acc);
+    }
+    if let Some(v) = assumed.engine_version.filter(|_| spec.engine.version.is_none()) {
+        spec.to_mut().engine.version = Some(v.to_owned());
     }
     spec
 }
@@ -437,7 +454,7 @@ fn check_one(
     d: &LoadedDeployment,
     loaded: &Loaded,
     global_config: Option<&HfConfig>,
-    accelerator: Option<Accelerator>,
+    assumed: Assumed<'_>,
 ) -> (Vec<Finding>, model::ModelFacts) {
     let name = d.object.metadata.name.clone().unwrap_or_default();
     let mut findings: Vec<Finding> = d
@@ -471,7 +488,7 @@ fn check_one(
         None => {}
     }
     let facts = model::resolve(&d.object.spec.model, config.as_ref());
-    findings.extend(validate::validate_with_facts(&name, &with_accelerator(&d.object.spec, accelerator), &facts));
+    findings.extend(validate::validate_with_facts(&name, &with_assumed(&d.object.spec, assumed), &facts));
     (findings, facts)
 }
 
@@ -497,7 +514,7 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), (&args).into());
         let valid = validate::is_valid(&findings);
         all_valid &= valid;
         match args.output {
@@ -531,8 +548,8 @@ fn run_parity_cases(args: ValidateArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref(), args.accelerator);
-        let case = crate::parity::case(&name, &with_accelerator(&d.object.spec, args.accelerator), &facts, findings);
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), (&args).into());
+        let case = crate::parity::case(&name, &with_assumed(&d.object.spec, (&args).into()), &facts, findings);
         let line = serde_json::json!({"file": d.path.display().to_string(), "document": d.doc, "case": case});
         if writeln!(out, "{line}").is_err() {
             return ExitCode::from(2);
@@ -551,7 +568,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref(), None);
+        let (findings, facts) = check_one(d, &loaded, config.as_ref(), Assumed::default());
         for f in &findings {
             eprintln!("{}{name}: {f}", if f.severity == Severity::Warning { "warning: " } else { "error: " });
         }

@@ -7,6 +7,7 @@ pub mod kube_client;
 pub mod manifest;
 pub mod model;
 pub mod parity;
+pub mod release;
 pub mod render;
 pub mod resolve;
 pub mod sglang_args;

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::api::Role;
-use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, DEFAULT_SGLANG_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, RoleSpec};
+use crate::api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, RoleSpec};
 use crate::model::ModelFacts;
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -289,10 +289,26 @@ pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, in
     if let Some(ib) = &kv.ib_device {
         flag("--disaggregation-ib-device", ib.clone());
     }
-    flag("--disaggregation-decode-allocation-policy", kv.decode_allocation_policy.to_string());
+    let release = crate::release::release_of(spec);
+    if release.has_decode_allocation_policy() {
+        flag("--disaggregation-decode-allocation-policy", kv.decode_allocation_policy.to_string());
+    }
     flag("--tp-size", p.tp.to_string());
-    flag("--dp-size", p.dp.to_string());
-    flag("--attn-dp-size", p.attn_dp.to_string());
+    if release.has_attn_dp_size() {
+        flag("--dp-size", p.dp.to_string());
+        flag("--attn-dp-size", p.attn_dp.to_string());
+    } else if p.attn_dp > 1 {
+        // Before 0.5.22 the attention-DP width is `--dp-size` under `--enable-dp-attention`
+        // (admission refuses replica dp beside it).
+        flag("--dp-size", p.attn_dp.to_string());
+        a.push("--enable-dp-attention".into());
+    } else {
+        flag("--dp-size", p.dp.to_string());
+    }
+    let mut flag = |f: &str, v: String| {
+        a.push(f.to_owned());
+        a.push(v);
+    };
     flag("--pp-size", p.pp.to_string());
     flag("--attn-cp-size", p.attn_cp.to_string());
     if p.attn_cp > 1 {
@@ -339,7 +355,7 @@ pub fn engine_command(spec: &PDDeploymentSpec) -> Vec<String> {
 
 fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
     spec.engine.image.clone().unwrap_or_else(|| match spec.engine.engine_type {
-        EngineType::Sglang => DEFAULT_SGLANG_IMAGE.into(),
+        EngineType::Sglang => crate::release::default_image(&spec.engine),
         EngineType::Sim => opts.operator_image.clone(),
     })
 }

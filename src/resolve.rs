@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::api::{Accelerator, AttentionKind, CpStrategy, DEFAULT_HTTP_PORT, KvCacheDtype, PDDeploymentSpec, Parallelism, Role};
 use crate::handshake::core::{DecodeTopology, PoolKind, PrefillInfo, dspark_layout_stand_in};
 use crate::model::ModelFacts;
+use crate::release::release_of;
 use crate::sglang_args::extra_value;
 
 /// Architectures SGLang's DeepSeek override runs for (`model_overrides/deepseek_v2.py`).
@@ -144,7 +145,7 @@ pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Rol
     let blackwell = rs.accelerator.is_some_and(Accelerator::is_blackwell);
     let args = &rs.template.extra_args;
     let [mut attention, prefill, decode] =
-        ["attention_backend", "prefill_attention_backend", "decode_attention_backend"].map(|d| extra_value(args, d));
+        ["attention_backend", "prefill_attention_backend", "decode_attention_backend"].map(|d| extra_value(release_of(spec), args, d));
     let arch = facts.architecture.as_deref();
     let none_set = attention.is_none() && prefill.is_none() && decode.is_none();
     if facts.traits.deepseek_v4 {
@@ -173,7 +174,7 @@ pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Rol
 /// else flashinfer; MLA models fa3 on Hopper, flashinfer on SM100.
 fn default_backend(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> &'static str {
     let rs = spec.role(role);
-    let topk = extra_value(&rs.template.extra_args, "speculative_eagle_topk");
+    let topk = extra_value(release_of(spec), &rs.template.extra_args, "speculative_eagle_topk");
     let plain = match topk.as_deref() {
         None => true,
         Some(k) => k == "1" && matches!(spec.kv_transfer.page_size, None | Some(1)),
@@ -248,7 +249,7 @@ fn role_env(spec: &PDDeploymentSpec, role: Role, name: &str) -> Option<String> {
 /// `deepseek_v41`) on SM100 with an fp8_e4m3 KV cache, unless `SGLANG_DSV4_KV_LAYOUT` is set to
 /// something other than auto / v41 / v41_new; FlashMLA otherwise.
 pub fn dsv4_attn_backend(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
-    let asked = extra_value(&spec.role(role).template.extra_args, "dsv4_attn_backend");
+    let asked = extra_value(release_of(spec), &spec.role(role).template.extra_args, "dsv4_attn_backend");
     if let Some(b) = asked.filter(|b| b != "auto") {
         return b;
     }
@@ -335,7 +336,7 @@ fn kv_layout(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<
 /// role runs `--speculative-algorithm DSPARK` and the model has ratio-2 layers (assumed for a
 /// DeepSeek-V4-family model when config.json is not known).
 pub fn dspark(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> bool {
-    let algo = extra_value(&spec.role(role).template.extra_args, "speculative_algorithm");
+    let algo = extra_value(release_of(spec), &spec.role(role).template.extra_args, "speculative_algorithm");
     let ratio_two = match &facts.compress_ratios {
         Some(r) => r.contains(&2),
         None => facts.traits.deepseek_v4,
@@ -372,6 +373,7 @@ pub fn decode_topology_for(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: Po
         dspark: dspark(spec, facts, Role::Decode),
         state_types,
         decode_allocation_policy: kv.decode_allocation_policy.to_string(),
+        release: release_of(spec),
     }
 }
 

@@ -1,9 +1,7 @@
-//! SGLang 0.5.23's command line as its argparse parser reads it (`allow_abbrev` on): which
+//! SGLang's command line as each release's argparse parser reads it (`allow_abbrev` on): which
 //! option an argument names, and the value extraArgs give an option.
 
-/// SGLang 0.5.23's `sglang serve` options, `--option dest` per line (tests/parity/dump_flags.py
-/// writes it from SGLang's own parser).
-static SGLANG_OPTIONS: &str = include_str!("sglang_flags.txt");
+use crate::release::Release;
 
 /// How SGLang's argparse parser (`allow_abbrev` on) reads one `--…` argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,21 +14,21 @@ pub enum OptionMatch {
     Unknown,
 }
 
-fn sglang_options() -> impl Iterator<Item = (&'static str, &'static str)> {
-    SGLANG_OPTIONS.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' '))
+fn sglang_options(release: Release) -> impl Iterator<Item = (&'static str, &'static str)> {
+    release.option_table().lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' '))
 }
 
 /// Matches an argument the way Python 3.11's argparse does: the part before `=` exactly, else
 /// as a prefix. `None` for arguments that are not long options (values, `--` itself).
-pub fn match_option(arg: &str) -> Option<OptionMatch> {
+pub fn match_option(release: Release, arg: &str) -> Option<OptionMatch> {
     if !arg.starts_with("--") || arg == "--" {
         return None;
     }
     let name = arg.split_once('=').map_or(arg, |(n, _)| n);
-    if let Some((option, dest)) = sglang_options().find(|(o, _)| *o == name) {
+    if let Some((option, dest)) = sglang_options(release).find(|(o, _)| *o == name) {
         return Some(OptionMatch::Option { option, dest });
     }
-    let matches: Vec<_> = sglang_options().filter(|(o, _)| o.starts_with(name)).collect();
+    let matches: Vec<_> = sglang_options(release).filter(|(o, _)| o.starts_with(name)).collect();
     Some(match matches.as_slice() {
         [] => OptionMatch::Unknown,
         [(option, dest)] => OptionMatch::Option { option, dest },
@@ -40,10 +38,10 @@ pub fn match_option(arg: &str) -> Option<OptionMatch> {
 
 /// The last value extraArgs give an argparse destination (argparse keeps the last), matching
 /// options as SGLang's parser does; `Some("")` for a bare switch.
-pub fn extra_value(args: &[String], dest: &str) -> Option<String> {
+pub fn extra_value(release: Release, args: &[String], dest: &str) -> Option<String> {
     let mut found = None;
     for (i, arg) in args.iter().enumerate() {
-        if let Some(OptionMatch::Option { dest: d, .. }) = match_option(arg)
+        if let Some(OptionMatch::Option { dest: d, .. }) = match_option(release, arg)
             && d == dest
         {
             found = Some(match arg.split_once('=') {

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::api::{Accelerator, AllocationPolicy, EngineType, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
 use crate::handshake::core::{Check, HandshakeFailure, PERF_WARNING, PoolKind};
 use crate::model::{HfConfig, ModelFacts};
+use crate::release::{Release, release_of};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -52,6 +53,8 @@ pub mod texts {
     pub const TRTLLM_MLA_DTYPE: &str = "TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.";
     pub const GPT_OSS_BACKENDS: &str = "GptOssForCausalLM requires one of ['triton', 'trtllm_mha', 'fa3', 'fa4', 'ascend', 'intel_amx', 'intel_xpu', 'aiter'] attention backend, but got the following backends";
     pub const MULTI_NODE_DP: &str = "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes";
+    /// 0.5.21's wording of the same assert, which spares attention DP.
+    pub const MULTI_NODE_DP_0_5_21: &str = "multi-node data parallel is not supported unless dp attention!";
     pub const DSA_DTYPE: &str = "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype";
     pub const V4_ZIGZAG: &str = "DeepSeekV4 zigzag CP requires the NPU backend; CUDA/HIP backends reindex with interleave order.";
     pub const SHARDING_GQA_CP: &str = "--enable-kv-cache-sharding for GQA models shards across attention-CP ranks and requires --enable-prefill-cp with attn_cp_size > 1.";
@@ -177,6 +180,7 @@ pub fn validate(name: &str, spec: &PDDeploymentSpec, config: Option<&HfConfig>) 
 pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts) -> Vec<Finding> {
     let mut out = Vec::new();
     check_name(name, spec, &mut out);
+    check_release(spec, &mut out);
     check_rollout(spec, &mut out);
     if spec.model.path.trim().is_empty() {
         out.push(Finding::error(
@@ -194,7 +198,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
             check_accelerator(role, rs, spec, facts, &mut out);
             check_gpus(role, rs, &mut out);
         }
-        check_extra_args(role, rs, spec.engine.engine_type, &mut out);
+        check_extra_args(role, rs, spec.engine.engine_type, release_of(spec), &mut out);
     }
     check_paired_settings(spec, &mut out);
     if sizes_ok {
@@ -205,7 +209,53 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
         check_allocation_policy(spec, &mut out);
         check_operator_policy(&resolved, facts, &mut out);
     }
+    // SGLang's rules that the release the pods run does not raise yet.
+    let release = release_of(spec);
+    out.retain(|f| crate::release::rule_holds(f.rule, release));
     out
+}
+
+/// The release the engines are judged with: a version that is no release number is refused, an
+/// image whose release is not told or not supported is judged with the nearest one and warned
+/// about, and settings the release has no flag for are refused.
+fn check_release(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let (field, fix) = (
+        "spec.engine.version",
+        format!("set spec.engine.version to the SGLang release the image runs ({})", crate::release::supported_list()),
+    );
+    let release = match crate::release::of_engine(&spec.engine) {
+        Err(e) => return out.push(Finding::error("engine-version", field, e.to_string(), fix)),
+        Ok(r) => r,
+    };
+    if let crate::release::Source::Assumed { why } = &release.source {
+        let message = format!("{why}; judged with SGLang {}'s rules and option table, which may differ from what it runs", release.release);
+        out.push(Finding::warning("engine-release-assumed", field, message, fix));
+    }
+    for role in [Role::Prefill, Role::Decode] {
+        if spec.role(role).enable_kv_cache_sharding && !release.release.has_kv_cache_sharding() {
+            out.push(Finding::error(
+                "release-flag",
+                role.field("enableKvCacheSharding"),
+                "unrecognized arguments: --enable-kv-cache-sharding",
+                format!(
+                    "SGLang {} has no KV-cache sharding (new in 0.5.22): turn enableKvCacheSharding off, or run 0.5.22 or later",
+                    release.release
+                ),
+            ));
+        }
+    }
+    let policy = spec.kv_transfer.decode_allocation_policy;
+    if !release.release.has_decode_allocation_policy() && policy != AllocationPolicy::default() {
+        out.push(Finding::error(
+            "release-option",
+            "spec.kvTransfer.decodeAllocationPolicy",
+            format!(
+                "SGLang {} has no --disaggregation-decode-allocation-policy (new in 0.5.22): its decode always allocates early, not {policy}",
+                release.release
+            ),
+            "remove decodeAllocationPolicy, or run SGLang 0.5.22 or later",
+        ));
+    }
 }
 
 /// Zero sizes would make every later rule divide by zero; report them and stop there.
@@ -245,25 +295,25 @@ fn check_sizes(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) -> bool {
 
 /// What each engine checks at its own start-up (spec §7a item 1), one SGLang check group at a time.
 fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
-    check_widths(role, rs, facts, out);
+    check_widths(role, rs, facts, release_of(spec), out);
     check_model_overrides(role, rs, spec, facts, out);
     check_context_parallel(role, rs, spec, facts, out);
-    check_pp_speculative(role, rs, out);
+    check_pp_speculative(role, rs, release_of(spec), out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }
 }
 
 /// `--speculative-algorithm` as resolution leaves it for the start-up checks: NEXTN becomes EAGLE.
-fn speculative_algorithm(args: &[String]) -> Option<String> {
-    extra_value(args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE"))
+fn speculative_algorithm(release: Release, args: &[String]) -> Option<String> {
+    extra_value(release, args, "speculative_algorithm").map(|a| a.to_uppercase().replace("NEXTN", "EAGLE"))
 }
 
 /// Pipeline parallelism with speculative decoding (`check_pipeline_parallel_compat`): only
 /// non-multi-layer EAGLE, and under PD only on the prefill (DSpark: prefill only too).
-fn check_pp_speculative(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
+fn check_pp_speculative(role: Role, rs: &RoleSpec, release: Release, out: &mut Vec<Finding>) {
     let args = &rs.template.extra_args;
-    let Some(algo) = speculative_algorithm(args) else { return };
+    let Some(algo) = speculative_algorithm(release, args) else { return };
     if rs.parallelism.pp <= 1 {
         return;
     }
@@ -272,7 +322,7 @@ fn check_pp_speculative(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
         "DSPARK" if role == Role::Decode => texts::PP_DSPARK_PREFILL,
         "DSPARK" if pp_spec => texts::PP_SPEC_DSPARK,
         "DSPARK" => return,
-        _ if algo != "EAGLE" || extra_value(args, "enable_multi_layer_eagle").is_some() => texts::PP_SPEC_EAGLE_ONLY,
+        _ if algo != "EAGLE" || extra_value(release, args, "enable_multi_layer_eagle").is_some() => texts::PP_SPEC_EAGLE_ONLY,
         _ if pp_spec => texts::PP_SPEC_PD,
         _ if role == Role::Decode => texts::PP_SPEC_PREFILL_ONLY,
         _ => return,
@@ -282,7 +332,7 @@ fn check_pp_speculative(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
 
 /// Parallel widths (`_validate_parallelism`, `initialize_model_parallel`) and the DeepSeek
 /// override's DSA DCP refusal.
-fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release, out: &mut Vec<Finding>) {
     let p = &rs.parallelism;
     // Judged on the widths SGLang runs: its DeepSeek CP layouts recompute attention DP and CP.
     let r = crate::resolve::parallelism(p, facts);
@@ -342,11 +392,17 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, out: &mut Vec<Fin
             format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
         ));
     }
-    if p.dp > 1 && rs.nodes_per_instance() > 1 {
+    // Before 0.5.22 the assert spared attention DP, which DeepSeek's CP layouts turn on.
+    let (text, spared) = if release.has_attn_dp_size() {
+        (texts::MULTI_NODE_DP, false)
+    } else {
+        (texts::MULTI_NODE_DP_0_5_21, crate::resolve::cp_layout(p, facts).is_some())
+    };
+    if p.dp > 1 && rs.nodes_per_instance() > 1 && !spared {
         out.push(Finding::error(
             "multi-node-dp",
             role.field("parallelism.dp"),
-            texts::MULTI_NODE_DP,
+            text,
             "keep dp: 1 for an instance spanning nodes; use attnDp, or scale with replicas",
         ));
     }
@@ -377,6 +433,7 @@ fn check_deepseek_cp(role: Role, p: &Parallelism, facts: &ModelFacts, out: &mut 
 
 /// The model overrides' KV dtype and backend checks (`model_overrides/`).
 fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let release = release_of(spec);
     let p = &rs.parallelism;
     let dtype = spec.kv_transfer.kv_cache_dtype;
     if facts.is_dsa() && !matches!(dtype, KvCacheDtype::Auto | KvCacheDtype::Bf16 | KvCacheDtype::Bfloat16 | KvCacheDtype::Fp8E4m3) {
@@ -416,10 +473,10 @@ fn check_model_overrides(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fac
     }
     if arch == Some("GptOssForCausalLM") {
         let args = &rs.template.extra_args;
-        let attention = extra_value(args, "attention_backend");
+        let attention = extra_value(release, args, "attention_backend");
         let chosen = [
-            extra_value(args, "prefill_attention_backend").or(attention.clone()),
-            extra_value(args, "decode_attention_backend").or(attention),
+            extra_value(release, args, "prefill_attention_backend").or(attention.clone()),
+            extra_value(release, args, "decode_attention_backend").or(attention),
         ];
         // SGLang picks a supported backend only when none of the three is set; the check runs
         // before the generic default, so a side left unset is `None` and refused.
@@ -538,7 +595,7 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
                     "remove SGLANG_DISAGG_STAGING_BUFFER from both roles, or turn off enableKvCacheSharding",
                 ));
             }
-            if !sharding_speculation_supported(rs, facts) {
+            if !sharding_speculation_supported(rs, facts, release_of(spec)) {
                 out.push(Finding::error(
                     "sharding-speculative",
                     role.field("template.extraArgs"),
@@ -561,14 +618,14 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
 /// `handle_kv_cache_sharding`'s speculative-decoding gate: none, or single-layer NextN MTP
 /// (EAGLE, top-k 1, after resolution turns NEXTN into EAGLE) on GLM's DSA model. An unknown
 /// config.json is given the benefit of the doubt on the NextN layer count.
-fn sharding_speculation_supported(rs: &RoleSpec, facts: &ModelFacts) -> bool {
+fn sharding_speculation_supported(rs: &RoleSpec, facts: &ModelFacts, release: Release) -> bool {
     let args = &rs.template.extra_args;
-    let Some(algo) = speculative_algorithm(args) else { return true };
+    let Some(algo) = speculative_algorithm(release, args) else { return true };
     algo == "EAGLE"
         && facts.architecture.as_deref() == Some("GlmMoeDsaForCausalLM")
         && facts.nextn_layers.is_none_or(|n| n == Some(1))
-        && extra_value(args, "speculative_eagle_topk").is_none_or(|k| k == "1")
-        && extra_value(args, "enable_multi_layer_eagle").is_none()
+        && extra_value(release, args, "speculative_eagle_topk").is_none_or(|k| k == "1")
+        && extra_value(release, args, "enable_multi_layer_eagle").is_none()
 }
 
 const GPT_OSS_BACKENDS: &[&str] = &["triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter"];
@@ -583,6 +640,7 @@ fn dsv4_backend_refusal(
     facts: &ModelFacts,
     acc: Accelerator,
 ) -> Option<(String, &'static str, &'static str)> {
+    let release = release_of(spec);
     if !facts.traits.deepseek_v4 {
         return None;
     }
@@ -590,7 +648,7 @@ fn dsv4_backend_refusal(
     let fix = "leave --dsv4-attn-backend unset (auto) or flashmla";
     let v41 = facts.model_type.as_deref().is_some_and(|t| t.starts_with("deepseek_v41"));
     let p = &rs.parallelism;
-    match extra_value(&rs.template.extra_args, "dsv4_attn_backend").as_deref() {
+    match extra_value(release, &rs.template.extra_args, "dsv4_attn_backend").as_deref() {
         Some("flashmla_mega") if !(v41 && acc.is_blackwell()) => Some((texts::DSV4_MEGA.into(), field, fix)),
         Some("trtllm") if !acc.is_blackwell() => Some((texts::DSV4_TRTLLM_SM100.into(), field, fix)),
         Some("trtllm") if !matches!(spec.kv_transfer.kv_cache_dtype, KvCacheDtype::Auto | KvCacheDtype::Fp8E4m3) => Some((
@@ -611,12 +669,13 @@ fn accelerator_refusal(
     facts: &ModelFacts,
     acc: Accelerator,
 ) -> Option<(String, &'static str, &'static str)> {
+    let release = release_of(spec);
     let args = &rs.template.extra_args;
-    let dtype = extra_value(args, "kv_cache_dtype").unwrap_or_else(|| spec.kv_transfer.kv_cache_dtype.to_string());
+    let dtype = extra_value(release, args, "kv_cache_dtype").unwrap_or_else(|| spec.kv_transfer.kv_cache_dtype.to_string());
     let (attention, prefill, decode) = (
-        extra_value(args, "attention_backend"),
-        extra_value(args, "prefill_attention_backend"),
-        extra_value(args, "decode_attention_backend"),
+        extra_value(release, args, "attention_backend"),
+        extra_value(release, args, "prefill_attention_backend"),
+        extra_value(release, args, "decode_attention_backend"),
     );
     let default_trtllm_mla = attention.is_none()
         && prefill.is_none()
@@ -696,6 +755,7 @@ fn sharding_backend_refusal(
 /// DSA's sharding layout: interleave prefill CP, TRTLLM sparse backends on an fp8_e4m3 cache
 /// with page 64, Mooncake, and an indexer that neither pools nor compresses.
 fn dsa_sharding_refusal(spec: &PDDeploymentSpec, facts: &ModelFacts, acc: Accelerator) -> Option<(&'static str, &'static str)> {
+    let release = release_of(spec);
     let rs = &spec.prefill;
     let p = &rs.parallelism;
     if p.attn_cp <= 1 || p.cp_strategy != Some(crate::api::CpStrategy::Interleave) || p.pp != 1 {
@@ -707,7 +767,7 @@ fn dsa_sharding_refusal(spec: &PDDeploymentSpec, facts: &ModelFacts, acc: Accele
     let fp8 = crate::resolve::kv_cache_dtype(spec, facts, Role::Prefill) == "fp8_e4m3";
     // `_dsa_split_backend_resolution`'s defaults where extraArgs name none.
     let default = if fp8 && acc.is_blackwell() { "trtllm" } else { "other" };
-    let backend = |dest: &str| extra_value(&rs.template.extra_args, dest).unwrap_or_else(|| default.into());
+    let backend = |dest: &str| extra_value(release, &rs.template.extra_args, dest).unwrap_or_else(|| default.into());
     let page = crate::resolve::role_page_size(spec, facts, Role::Prefill, spec.kv_transfer.page_size);
     if !fp8 || backend("dsa_prefill_backend") != "trtllm" || backend("dsa_decode_backend") != "trtllm" || page != 64 {
         return Some((
@@ -783,7 +843,7 @@ fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
     }
 }
 
-fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, out: &mut Vec<Finding>) {
+fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, release: Release, out: &mut Vec<Finding>) {
     let args = &rs.template.extra_args;
     for (i, arg) in args.iter().enumerate() {
         // The stand-in's own options (fault injection, timing model) are not SGLang's.
@@ -792,7 +852,7 @@ fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, out: &mut Vec
         }
         let field = role.field(&format!("template.extraArgs[{i}]"));
         let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
-        match match_option(arg) {
+        match match_option(release, arg) {
             None => {}
             Some(OptionMatch::Option { option, dest }) if MANAGED_DESTS.contains(&dest) => {
                 let read_as = if option == flag { String::new() } else { format!(" (SGLang's parser reads `{flag}` as `{option}`)") };
@@ -818,7 +878,7 @@ fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, out: &mut Vec
                     "extra-args-argparse",
                     field,
                     format!("unrecognized arguments: {}", shown.join(" ")),
-                    format!("`{flag}` is not an option of SGLang 0.5.23's `sglang serve`; check the spelling, or remove it"),
+                    format!("`{flag}` is not an option of SGLang {release}'s `sglang serve`; check the spelling, or remove it"),
                 ));
             }
         }

@@ -218,7 +218,10 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let mut conditions = Vec::new();
     let valid = inputs.validation.is_ok();
     conditions.push(match &inputs.validation {
-        Ok(()) => cond(VALIDATED, Some(true), "Valid", "the spec passes every SGLang 0.5.23 rule pd-operator knows".into()),
+        Ok(()) => {
+            let release = crate::release::release_of(&inputs.pdd.spec);
+            cond(VALIDATED, Some(true), "Valid", format!("the spec passes every SGLang {release} rule pd-operator knows"))
+        }
         Err(m) => cond(VALIDATED, Some(false), "InvalidSpec", m.clone()),
     });
     let unavailable = |role| i32::try_from(pdd.spec.rollout.max_unavailable(role)).unwrap_or(i32::MAX);

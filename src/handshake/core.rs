@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::pyvalue;
+use crate::release::{Release, rule_holds};
 
 /// Keys a 0.5.23 topology body may carry, in the order the bootstrap server writes them.
 pub const TOPOLOGY_KEYS: [&str; 19] = [
@@ -117,6 +118,13 @@ pub struct DecodeTopology {
     /// `--disaggregation-decode-allocation-policy`; only the sidecar's receiver-time checks use it.
     #[serde(default = "early")]
     pub decode_allocation_policy: String,
+    /// The SGLang release the decode runs: its record's keys and its checks. Unset: 0.5.23.
+    #[serde(default = "reference_release", skip_serializing_if = "Release::is_reference")]
+    pub release: Release,
+}
+
+fn reference_release() -> Release {
+    Release::REFERENCE
 }
 
 fn early() -> String {
@@ -190,12 +198,18 @@ fn plural_missing(names: &[&str]) -> String {
 }
 
 impl PrefillInfo {
-    /// Builds the record as SGLang's decode does; the error is the Python exception text.
+    /// Builds the record as SGLang 0.5.23's decode does; the error is the Python exception text.
     pub fn from_body(body: &Value) -> Result<Self, String> {
+        Self::from_release_body(Release::REFERENCE, body)
+    }
+
+    /// Builds the record as `release`'s decode does: a key its record lacks is refused.
+    pub fn from_release_body(release: Release, body: &Value) -> Result<Self, String> {
         let obj = body.as_object().ok_or_else(|| {
             format!("TypeError: PrefillServerInfo() argument after ** must be a mapping, not {}", pyvalue::type_name(body))
         })?;
-        if let Some(k) = obj.keys().find(|k| !TOPOLOGY_KEYS.contains(&k.as_str())) {
+        let known = |k: &str| TOPOLOGY_KEYS.contains(&k) && !release.unknown_topology_keys().contains(&k);
+        if let Some(k) = obj.keys().find(|k| !known(k)) {
             return Err(format!("TypeError: PrefillServerInfo.__init__() got an unexpected keyword argument '{k}'"));
         }
         let missing: Vec<&str> = TOPOLOGY_KEYS[..REQUIRED_KEYS].iter().copied().filter(|k| !obj.contains_key(*k)).collect();
@@ -714,7 +728,7 @@ fn map_rank(
 /// Runs the decode's checks and computes the mapping of every (engine rank, pp rank), engine
 /// rank major, exactly as SGLang 0.5.23 would on each decode scheduler process.
 pub fn handshake(d: &DecodeTopology, p: &PrefillInfo) -> Result<Handshake, HandshakeFailure> {
-    SANITY_CHECKS.iter().try_for_each(|check| check(d, p))?;
+    SANITY_CHECKS.iter().try_for_each(|check| in_release(d, check(d, p)))?;
     // The mapping allocates per prefill rank; a hostile body must not make it allocate terabytes.
     for (name, v) in [("attn_tp_size", p.attn_tp_size), ("attn_cp_size", p.attn_cp_size), ("dp_size", p.dp_size), ("pp_size", p.pp_size)] {
         if v > MAX_PLAUSIBLE_SIZE {
@@ -760,14 +774,20 @@ fn prefill_complete_peer(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), Hand
 
 /// Request-level checks the decode's receiver applies (they fail requests, not the server).
 pub fn receiver_checks(d: &DecodeTopology, p: &PrefillInfo) -> Result<(), HandshakeFailure> {
-    RECEIVER_CHECKS.iter().try_for_each(|check| check(d, p))
+    RECEIVER_CHECKS.iter().try_for_each(|check| in_release(d, check(d, p)))
+}
+
+/// A check's verdict where the decode's release raises it; a pass where that release does not
+/// have the check yet.
+fn in_release(d: &DecodeTopology, verdict: Result<(), HandshakeFailure>) -> Result<(), HandshakeFailure> {
+    verdict.or_else(|f| if rule_holds(f.check.rule(), d.release) { Err(f) } else { Ok(()) })
 }
 
 /// Admission's view of a pair the operator renders: every check that fails (not only the first,
 /// which is all a running decode reports), then the mapping's own failure or warnings.
 pub fn all_failures(d: &DecodeTopology, p: &PrefillInfo) -> (Vec<HandshakeFailure>, Vec<String>) {
     let checks = SANITY_CHECKS.iter().chain(&MAPPING_CHECKS).chain(&RECEIVER_CHECKS);
-    let mut failures: Vec<HandshakeFailure> = checks.filter_map(|check| check(d, p).err()).collect();
+    let mut failures: Vec<HandshakeFailure> = checks.filter_map(|check| in_release(d, check(d, p)).err()).collect();
     if !failures.is_empty() {
         return (failures, Vec::new());
     }
@@ -787,13 +807,14 @@ pub fn check_json(decode: &Value, prefill_info: &Value) -> (Value, bool) {
         Ok(d) => d,
         Err(e) => return failure("InputError", e.to_string()),
     };
-    let p = match PrefillInfo::from_body(prefill_info) {
+    let p = match PrefillInfo::from_release_body(d.release, prefill_info) {
         Ok(p) => p,
         Err(e) => {
             return failure(
                 "InputError",
                 format!(
-                    "SGLang 0.5.23's decode cannot build its record from this topology body ({e}); it logs `Error fetching prefill server info from bootstrap` and retries"
+                    "SGLang {}'s decode cannot build its record from this topology body ({e}); it logs `Error fetching prefill server info from bootstrap` and retries",
+                    d.release
                 ),
             );
         }

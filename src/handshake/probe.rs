@@ -92,12 +92,12 @@ pub fn assess(d: &DecodeTopology, status: u16, body: &[u8]) -> Result<(Value, Pr
         Box::new(Verdict::failed(
             "InputError",
             "IncompatibleTopologyBody",
-            format!("topology body incompatible with SGLang 0.5.23 (a real decode retries and then aborts its requests): {why}"),
+            format!("topology body incompatible with SGLang {} (a real decode retries and then aborts its requests): {why}", d.release),
             None,
         ))
     };
     let info: Value = serde_json::from_slice(body).map_err(|e| incompatible(format!("not JSON: {e}")))?;
-    let p = PrefillInfo::from_body(&info).map_err(incompatible)?;
+    let p = PrefillInfo::from_release_body(d.release, &info).map_err(incompatible)?;
     let h = core::handshake(d, &p).map_err(|f| Box::new(Verdict::from_failure(f, &info)))?;
     core::receiver_checks(d, &p).map_err(|f| Box::new(Verdict::from_failure(f, &info)))?;
     Ok((info, p, h))

@@ -89,7 +89,8 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Ad
     } else {
         let count = errors.len();
         let plural = if count == 1 { "" } else { "s" };
-        resp.deny(format!("PDDeployment {name} would fail in SGLang 0.5.23 ({count} violation{plural}):\n{}", errors.join("\n")))
+        let release = crate::release::release_of(&pdd.spec);
+        resp.deny(format!("PDDeployment {name} would fail in SGLang {release} ({count} violation{plural}):\n{}", errors.join("\n")))
     };
     if !warnings.is_empty() {
         resp.warnings = Some(warnings);

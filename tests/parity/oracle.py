@@ -208,8 +208,11 @@ def dsv4_pd_kv_layout(sa):
     ratios = getattr(model_config_of(sa), "compress_ratios", None)
     if ratios is None:
         return {}
+    try:
+        from sglang.srt.disaggregation.utils import get_pd_kv_layout
+    except ImportError:  # a release whose handshake carries no KV layout (before 0.5.23)
+        return {}
     from sglang.kernels.ops.attention.dsv4.kv_layout import KVLayout
-    from sglang.srt.disaggregation.utils import get_pd_kv_layout
     from sglang.srt.layers.attention.dsv4.unified_kv_gate import is_unified_kv_triton
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool, select_dsv4_kv_layout
     from sglang.srt.runtime_context import get_exec

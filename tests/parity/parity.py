@@ -45,6 +45,8 @@ OPERATOR_ONLY = {
     # Kubernetes and the rendered objects
     "name-dns-label", "name-too-long", "model-path", "unknown-field", "model-config",
     "gpus-fill-nodes", "extra-args-managed-flag", "env-managed",
+    # a setting the release has no flag for, which its engines would silently not apply
+    "release-option",
     # settings SGLang never compares between the roles
     "paired-flag", "paired-env",
     # the decode's bootstrap handshake (decode side, after both engines started)
@@ -215,17 +217,21 @@ def layout_corpus(workdir):
 
 # ---------------------------------------------------------------- running
 
-def parity_cases(operator, files, profile, accelerator_flag=True):
+def parity_cases(operator, files, profile, accelerator_flag=True, release=None):
     accel = ["--accelerator", profile] if accelerator_flag else []
+    accel += ["--engine-version", release] if release else []
     out = subprocess.run([operator, "parity-cases", *accel, *sum((["-f", f] for f in files), [])],
                          check=True, capture_output=True, text=True)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
-def oracle_key(python, case):
+def oracle_key(python, case, release_dir=None):
     """What decides an oracle result: the oracle's code, its venv (named by the versions it
-    pins) and the process inputs. The case id is not part of it."""
+    pins), the release's code in front of it (named by its versions) and the process inputs.
+    The case id is not part of it."""
     h = hashlib.sha256()
+    if release_dir:
+        h.update(os.path.basename(os.path.abspath(release_dir)).encode())
     with open(os.path.join(HERE, "oracle.py"), "rb") as f:
         h.update(f.read())
     h.update(os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(python)))).encode())
@@ -240,11 +246,12 @@ def load_cache(path):
         return {e["key"]: e["result"] for e in map(json.loads, f)}
 
 
-def run_oracle(python, inputs, workdir, jobs, cache_path=None):
+def run_oracle(python, inputs, workdir, jobs, cache_path=None, release_dir=None):
     """SGLang's verdict on every input, by id@profile. With a cache file, only inputs it does
-    not hold go to the oracle, and their results are added to it."""
+    not hold go to the oracle, and their results are added to it. `release_dir` holds another
+    release's unpacked code, put first on the oracle's PYTHONPATH."""
     cache = load_cache(cache_path)
-    keys = {c["id"] + "@" + c["profile"]: oracle_key(python, c) for c in inputs}
+    keys = {c["id"] + "@" + c["profile"]: oracle_key(python, c, release_dir) for c in inputs}
     todo = [c for c in inputs if keys[c["id"] + "@" + c["profile"]] not in cache]
     src = os.path.join(workdir, "oracle-in.jsonl")
     dst = os.path.join(workdir, "oracle-out.jsonl")
@@ -255,8 +262,9 @@ def run_oracle(python, inputs, workdir, jobs, cache_path=None):
     fresh = {}
     if todo:
         with open(os.path.join(workdir, "oracle.log"), "w") as log:
+            env = {**os.environ, "PYTHONPATH": release_dir} if release_dir else None
             subprocess.run([python, os.path.join(HERE, "oracle.py"), "--input", src, "--output", dst, "--jobs", str(jobs)],
-                           check=True, stderr=log)
+                           check=True, stderr=log, env=env)
         with open(dst) as f:
             fresh = {r["id"] + "@" + r["profile"]: r for r in map(json.loads, f)}
     if cache_path and fresh:
@@ -339,6 +347,10 @@ def main():
     ap.add_argument("--oracle-cache", help="a JSON-lines file of oracle results keyed by oracle code, venv and "
                     "process inputs: cases it holds are not run again, new results are added")
     ap.add_argument("--jobs", type=int, default=1, help="oracle workers per profile")
+    ap.add_argument("--release", help="judge specs that name no engine version as this SGLang release "
+                    "(`pd-operator parity-cases --engine-version`)")
+    ap.add_argument("--release-dir", help="that release's unpacked code (hack/sglang-release.sh), first on the oracle's "
+                    "PYTHONPATH; unset: the oracle venv's own release")
     ap.add_argument("--no-accelerator-flag", action="store_true",
                     help="for an operator build older than `parity-cases --accelerator`")
     args = ap.parse_args()
@@ -363,7 +375,7 @@ def main():
     for source, files, meta in groups:
         for profile in PROFILES:
             # The operator validates for the GPU the oracle fakes (roles name no accelerator).
-            for i, line in enumerate(parity_cases(args.operator, files, profile, not args.no_accelerator_flag)):
+            for i, line in enumerate(parity_cases(args.operator, files, profile, not args.no_accelerator_flag, args.release)):
                 c = line["case"]
                 cid = f"{source}:{i}:{os.path.basename(line['file'])}:{c['name']}"
                 m = (meta or {}).get(c["name"])
@@ -383,7 +395,7 @@ def main():
                 cases.append({"id": cid, "source": source, "family": family, "profile": profile, "case": c})
                 inputs.append({"id": cid, "profile": profile, "config": config, "processes": c["processes"]})
     t1 = time.time()
-    results = run_oracle(args.python, inputs, args.workdir, args.jobs, args.oracle_cache)
+    results = run_oracle(args.python, inputs, args.workdir, args.jobs, args.oracle_cache, args.release_dir)
     t2 = time.time()
 
     table = collections.defaultdict(collections.Counter)
@@ -414,7 +426,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
 
-    print(f"engine parity: {len(cases)} cases ({len(set(c['id'] for c in cases))} specs), "
+    print(f"engine parity, SGLang {args.release or 'of the oracle venv'}: {len(cases)} cases ({len(set(c['id'] for c in cases))} specs), "
           f"operator {t1 - t0:.1f}s, oracle {t2 - t1:.1f}s")
     for why, n in sorted(skipped.items()):
         print(f"skipped {n}: {why}")
