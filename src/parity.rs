@@ -37,6 +37,8 @@ pub struct Case {
     pub prefill_kv_layout: Option<String>,
     /// The prefill's and the decode's accelerator, where named.
     pub accelerators: [Option<crate::api::Accelerator>; 2],
+    /// The SGLang release the spec is judged and rendered for.
+    pub release: crate::release::Release,
 }
 
 /// The environment the operator gives a role's engine, where it is a literal value
@@ -76,6 +78,7 @@ pub fn case(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, findings: V
         prefill_kv_cache_dtype: prefill.kv_cache_dtype,
         prefill_kv_layout: prefill.kv_layout.as_str().map(str::to_owned),
         accelerators: [spec.prefill.accelerator, spec.decode.accelerator],
+        release: crate::release::release_of(spec),
     }
 }
 

@@ -366,13 +366,29 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release,
     }
     check_deepseek_cp(role, p, facts, out);
     if p.dp > 1 && p.attn_dp > 1 {
+        // Before 0.5.22 `--dp-size` is the attention-DP width under `--enable-dp-attention`:
+        // the replicas cannot be said at all (ours), where later releases refuse them.
+        let (rule, message) = if release.has_attn_dp_size() {
+            (
+                "dp-with-attn-dp",
+                format!(
+                    "--dp-size {} with --attn-dp-size {}: data-parallel replicas combined with attention data parallelism are not supported.",
+                    p.dp, p.attn_dp
+                ),
+            )
+        } else {
+            (
+                "release-option",
+                format!(
+                    "SGLang {release} has no --attn-dp-size: under --enable-dp-attention its --dp-size is the attention-DP width, so dp {} beside attnDp {} cannot be expressed",
+                    p.dp, p.attn_dp
+                ),
+            )
+        };
         out.push(Finding::error(
-            "dp-with-attn-dp",
+            rule,
             role.field("parallelism.dp"),
-            format!(
-                "--dp-size {} with --attn-dp-size {}: data-parallel replicas combined with attention data parallelism are not supported.",
-                p.dp, p.attn_dp
-            ),
+            message,
             "use attnDp for attention data parallelism and scale instances with replicas; keep dp: 1",
         ));
     }

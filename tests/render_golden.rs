@@ -182,3 +182,52 @@ fn scaling_leaves_the_router_untouched() {
     assert_eq!(before.deployments, after.deployments, "the router finds workers by discovery: no restart on scale");
     assert_eq!(after.pods().count(), before.pods().count() + 5);
 }
+
+/// Every example, rendered for each supported release, gives engine argv whose every option that
+/// release's own argparse table knows (0.5.21 has neither `--attn-dp-size` nor
+/// `--disaggregation-decode-allocation-policy`).
+#[test]
+fn every_example_renders_argv_each_release_parses() {
+    use pd_operator::release::Release;
+    use pd_operator::sglang_args::{OptionMatch, match_option};
+    let mut checked = 0;
+    for entry in std::fs::read_dir("examples").unwrap() {
+        let path = entry.unwrap().path();
+        let loaded = manifest::load_files(std::slice::from_ref(&path)).unwrap();
+        for d in &loaded.deployments {
+            for release in Release::SUPPORTED {
+                let mut pdd = d.object.clone();
+                pdd.spec.engine.version = Some(release.as_str().into());
+                let opts = RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ml".into(), workload_api: false };
+                let Ok(r) = render::render(&pdd, &model::resolve(&pdd.spec.model, None), &opts) else { continue };
+                for pod in r.pods() {
+                    for arg in pod.spec.as_ref().unwrap().containers[0].args.iter().flatten() {
+                        let m = match_option(release, arg);
+                        assert!(
+                            matches!(m, None | Some(OptionMatch::Option { .. })),
+                            "{}: SGLang {release} reads {arg} as {m:?}",
+                            path.display()
+                        );
+                        checked += usize::from(m.is_some());
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} options checked");
+}
+
+#[test]
+fn attention_dp_is_spelled_as_each_release_reads_it() {
+    let argv = |version: &str| {
+        let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
+        let mut pdd = loaded.deployments[0].object.clone();
+        pdd.spec.engine.version = Some(version.into());
+        pdd.spec.decode.parallelism.attn_dp = 2;
+        render::engine_args(&pdd.spec, pd_operator::api::Role::Decode, "dsv3", "ml", 0, 0, 0).join(" ")
+    };
+    let (old, new) = (argv("0.5.21"), argv("0.5.22"));
+    assert!(old.contains("--dp-size 2 --enable-dp-attention") && !old.contains("--attn-dp-size"), "{old}");
+    assert!(!old.contains("--disaggregation-decode-allocation-policy"), "{old}");
+    assert!(new.contains("--dp-size 1 --attn-dp-size 2") && new.contains("--disaggregation-decode-allocation-policy early"), "{new}");
+}

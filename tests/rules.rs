@@ -909,3 +909,63 @@ fn dsa_shards_and_splits_context_only_as_sglang_allows() {
     bad.kv_transfer.backend = TransferBackend::Nixl;
     case("accelerator-startup", good, bad, at, "DSA KV sharding requires Mooncake, uncompressed index_kpool=1");
 }
+
+fn on(release: &str, mut spec: PDDeploymentSpec) -> PDDeploymentSpec {
+    spec.engine.version = Some(release.into());
+    spec
+}
+
+#[test]
+fn settings_a_release_has_no_flag_for_are_refused_there() {
+    let mut bad = on("0.5.21", mla());
+    bad.kv_transfer.decode_allocation_policy = AllocationPolicy::PrefillComplete;
+    case(
+        "release-option",
+        on("0.5.21", mla()),
+        bad.clone(),
+        "spec.kvTransfer.decodeAllocationPolicy",
+        "SGLang 0.5.21 has no --disaggregation-decode-allocation-policy",
+    );
+    assert!(!run(&on("0.5.22", bad.clone())).iter().any(|f| f.rule == "release-option"), "0.5.22 has the flag");
+    let mut sharded = on("0.5.21", mla());
+    sharded.prefill.enable_kv_cache_sharding = true;
+    case(
+        "release-flag",
+        on("0.5.21", mla()),
+        sharded,
+        "spec.prefill.enableKvCacheSharding",
+        "unrecognized arguments: --enable-kv-cache-sharding",
+    );
+}
+
+#[test]
+fn a_rule_holds_only_from_the_release_that_raises_it() {
+    let mut cp = mla();
+    cp.prefill.parallelism.attn_cp = 2;
+    cp.prefill.parallelism.cp_strategy = Some(CpStrategy::Interleave);
+    cp.prefill.parallelism.dcp = 2;
+    let rules = |r: &str| run(&on(r, cp.clone())).iter().map(|f| f.rule).collect::<Vec<_>>();
+    assert!(rules("0.5.22").contains(&"dcp-with-prefill-cp"), "{:?}", rules("0.5.22"));
+    assert!(!rules("0.5.21").contains(&"dcp-with-prefill-cp"), "0.5.21 starts it: {:?}", rules("0.5.21"));
+}
+
+#[test]
+fn the_engine_release_is_named_or_warned_about() {
+    case("engine-version", on("0.5.23", mla()), on("banana", mla()), "spec.engine.version", "is not an SGLang release number");
+    let mut latest = mla();
+    latest.engine.image = Some("lmsysorg/sglang:latest".into());
+    let f = run(&latest);
+    assert!(has(&f, "engine-release-assumed", Severity::Warning, "spec.engine.version", "judged with SGLang 0.5.23's rules"), "{f:#?}");
+    assert!(pd_operator::validate::is_valid(&f), "a warning only: {f:#?}");
+}
+
+#[test]
+fn extra_args_are_matched_against_the_release_s_option_table() {
+    // `--cuda-graph-tc-compiler` is an option of 0.5.21's parser and not of 0.5.23's.
+    let mut spec = mla();
+    spec.decode.template.extra_args = vec!["--cuda-graph-tc-compiler".into()];
+    let f = run(&on("0.5.23", spec.clone()));
+    assert!(has(&f, "extra-args-argparse", Severity::Error, "spec.decode.template.extraArgs[0]", "unrecognized arguments"), "{f:#?}");
+    assert!(f.iter().any(|x| x.fix.contains("SGLang 0.5.23's")), "{f:#?}");
+    assert!(!run(&on("0.5.21", spec)).iter().any(|x| x.rule == "extra-args-argparse"));
+}

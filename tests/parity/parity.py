@@ -381,6 +381,11 @@ def main():
                 m = (meta or {}).get(c["name"])
                 if m and profile not in m["profiles"]:
                     continue
+                if args.release and c.get("release", args.release) != args.release:
+                    # The spec names another release: this run's SGLang code cannot judge it.
+                    if profile == PROFILES[0]:
+                        skipped[f"{source}: the spec names SGLang {c['release']}"] += 1
+                    continue
                 if any(a not in (None, profile) for a in c.get("accelerators", [])):
                     # The spec names another GPU for a role: one faked profile cannot judge it.
                     if profile == PROFILES[0]:
