@@ -93,7 +93,8 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         let opts = RenderOptions::default();
         let last = pd_operator::render::NAMED_KV_SETS;
         let sets = pd_operator::render::KvSets { target: last, routed: last };
-        let surged = pd_operator::render::render_sets(&pdd, &facts, &pd_operator::render::Intent::new(&spec, &facts, &opts), &opts, sets);
+        let intent = pd_operator::render::Intent::new(&spec, &facts, &opts).unwrap();
+        let surged = pd_operator::render::render_sets(&pdd, &facts, &intent, &opts, sets);
         for pod in rendered.pods().chain(surged.as_ref().unwrap().pods()) {
             prop_assert!(pod.spec.as_ref().unwrap().hostname.as_ref().unwrap().len() <= 63);
         }

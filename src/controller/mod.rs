@@ -73,6 +73,8 @@ pub enum Error {
     Unnamed(&'static str),
     #[error("a child cache stopped")]
     CacheClosed,
+    #[error("could not serialize {what}: {source}")]
+    Serialize { what: String, source: serde_json::Error },
 }
 
 impl Error {
@@ -83,6 +85,7 @@ impl Error {
             Error::Render(_) => "render",
             Error::Unnamed(_) => "unnamed",
             Error::CacheClosed => "cache",
+            Error::Serialize { .. } => "serialize",
         }
     }
 
@@ -212,9 +215,12 @@ impl ChildStores {
     }
 }
 
-fn digest<T: Serialize>(obj: &T) -> String {
-    let bytes = serde_json::to_vec(obj).unwrap_or_default();
-    Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
+/// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
+/// error, not the hash of nothing: every such object would share that hash, and a changed child
+/// would look unchanged.
+fn digest<T: Serialize>(obj: &T) -> Result<String, serde_json::Error> {
+    let bytes = serde_json::to_vec(obj)?;
+    Ok(Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
@@ -282,9 +288,9 @@ impl Context {
         let mut changed = Vec::new();
         for want in desired {
             let mut want = want.clone();
-            let hash = digest(&want);
-            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let wname = want.meta().name.clone().unwrap_or_default();
+            let hash = digest(&want).map_err(|source| Error::Serialize { what: format!("{} {ns}/{wname}", K::kind(&())), source })?;
+            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
             if let Some(have) = have.filter(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) == Some(&hash)) {
                 current.push(Some(K::clone(have)));
@@ -850,6 +856,19 @@ mod tests {
         assert_eq!((&slim.metadata.owner_references, &slim.metadata.uid), (&pod.metadata.owner_references, &pod.metadata.uid));
         let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
         assert!(size(&slim) * 4 < size(&pod), "slim {} of {} bytes", size(&slim), size(&pod));
+    }
+
+    #[test]
+    fn an_object_that_does_not_serialize_has_no_hash_rather_than_the_hash_of_nothing() {
+        let pod = Pod { metadata: kube::api::ObjectMeta { name: Some("p".into()), ..Default::default() }, ..Default::default() };
+        assert_eq!(digest(&pod).unwrap().len(), 16);
+        assert_ne!(digest(&pod).unwrap(), digest(&()).unwrap());
+        // JSON object keys must be strings: this map cannot be serialized.
+        let unserializable = BTreeMap::from([((1u8, 2u8), 3u8)]);
+        let source = digest(&unserializable).expect_err("a map with tuple keys is no JSON");
+        let error = Error::Serialize { what: "Pod ns/p".into(), source };
+        assert!(error.to_string().starts_with("could not serialize Pod ns/p: key must be a string"), "{error}");
+        assert_eq!(error.metric_label(), "serialize");
     }
 
     #[test]

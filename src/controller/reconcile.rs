@@ -45,7 +45,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if !problems.is_empty() {
             return pass.report_invalid(problems).await;
         }
-        let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render);
+        let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render)?;
         let sets = pass.decide_sets(&intent);
         let mut rendered = render::render_sets(pdd, &facts, &intent, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
         // The sidecars of an older set's decodes still patch their own gates.

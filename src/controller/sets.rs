@@ -169,7 +169,7 @@ mod tests {
         }))
         .unwrap();
         let facts: ModelFacts = crate::model::resolve(&spec.model, None);
-        (kv_contract(&spec, &facts, Role::Prefill), kv_contract(&spec, &facts, Role::Decode))
+        (kv_contract(&spec, &facts, Role::Prefill).unwrap(), kv_contract(&spec, &facts, Role::Decode).unwrap())
     }
 
     fn pod(role: Role, instance: u32, set: u32, contract: &(String, String)) -> ObservedPod {
@@ -188,7 +188,7 @@ mod tests {
         }))
         .unwrap();
         let pdd = crate::api::PDDeployment::new("m", spec.clone());
-        let intent = crate::render::Intent::new(&spec, &crate::model::resolve(&spec.model, None), &Default::default());
+        let intent = crate::render::Intent::new(&spec, &crate::model::resolve(&spec.model, None), &Default::default()).unwrap();
         let sets = crate::render::KvSets { target: 2, routed: 2 };
         let rendered = crate::render::render_sets(&pdd, &crate::model::resolve(&spec.model, None), &intent, &Default::default(), sets);
         let mut d = rendered.unwrap().deployments.remove(0);
