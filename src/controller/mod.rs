@@ -73,6 +73,8 @@ pub enum Error {
     Unnamed(&'static str),
     #[error("a child cache stopped")]
     CacheClosed,
+    #[error("the spec's own KV contract does not read back: {0}")]
+    KvContract(#[from] sets::ContractError),
     #[error("could not serialize {what}: {source}")]
     Serialize { what: String, source: serde_json::Error },
 }
@@ -85,6 +87,7 @@ impl Error {
             Error::Render(_) => "render",
             Error::Unnamed(_) => "unnamed",
             Error::CacheClosed => "cache",
+            Error::KvContract(_) => "kv_contract",
             Error::Serialize { .. } => "serialize",
         }
     }
