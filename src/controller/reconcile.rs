@@ -82,7 +82,8 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
     if let Err(e) = &config {
         problems.push(format!("spec.model.configMapRef: {e}"));
     }
-    let placement = render::placement::judge(&pdd.spec, ctx.render.workload_api, &topology_nodes(ctx, pdd).await?);
+    problems.extend(validate::gang_api(&pdd.spec, ctx.render.workload_api).map(|f| f.to_string()));
+    let placement = render::placement::judge(&pdd.spec, &topology_nodes(ctx, pdd).await?);
     for warning in placement.warnings {
         ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", warning).await;
     }
