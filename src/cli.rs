@@ -149,6 +149,17 @@ pub struct ControllerArgs {
     /// IP addresses in the serving certificate (for a webhook reached by URL, e.g. 127.0.0.1).
     #[arg(long, value_delimiter = ',')]
     pub webhook_ip_sans: Vec<std::net::IpAddr>,
+    /// Kubernetes' gang scheduling API (PodGroup, scheduling.k8s.io/v1beta1): `discover` asks the
+    /// cluster once at start; `off` takes it as not served (placement.gang auto schedules pods one
+    /// by one, workload is refused at admission and reported Validated=False).
+    #[arg(long, env = "PD_WORKLOAD_API", value_enum, default_value = "discover")]
+    pub workload_api: WorkloadApi,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadApi {
+    Discover,
+    Off,
 }
 
 #[derive(Args, Debug)]
@@ -308,6 +319,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
                 lease: args.lease_name,
                 identity,
             }),
+            discover_workload_api: args.workload_api == WorkloadApi::Discover,
         };
         match crate::controller::run(client, settings).await {
             Ok(()) => ExitCode::SUCCESS,

@@ -169,8 +169,9 @@ const PAIRED_ENV: &[(&str, &str)] = &[
 const DNS_LABEL_MAX: usize = 63;
 
 /// The rule only the cluster decides: `placement.gang: workload` needs Kubernetes' gang
-/// scheduling API, which the operator asks the cluster about (`controller::serves_pod_groups`).
-/// The controller reports it as `Validated=False`.
+/// scheduling API, which the operator asks the cluster about once at start
+/// (`controller::serves_pod_groups`). The webhook denies with it; the controller reports it as
+/// `Validated=False` for objects stored before (or without) the webhook.
 pub fn gang_api(spec: &PDDeploymentSpec, served: bool) -> Option<Finding> {
     (spec.placement.gang == crate::api::GangMode::Workload && !served).then(|| {
         Finding::error(

@@ -910,7 +910,7 @@ fn dsa_shards_and_splits_context_only_as_sglang_allows() {
     case("accelerator-startup", good, bad, at, "DSA KV sharding requires Mooncake, uncompressed index_kpool=1");
 }
 
-/// The rule only the cluster decides.
+/// The rule only the cluster decides, applied by the webhook and the controller alike.
 #[test]
 fn gang_workload_needs_a_cluster_that_serves_gang_scheduling() {
     use pd_operator::api::GangMode;

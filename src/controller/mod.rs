@@ -113,6 +113,9 @@ pub struct Settings {
     pub resync: Duration,
     pub leader_election: Option<LeaderSettings>,
     pub webhook: Option<crate::webhook::WebhookSettings>,
+    /// Ask the cluster at start whether it serves Kubernetes' gang scheduling API (false: take it
+    /// as not served, whatever the cluster says). The answer is `render.workload_api`.
+    pub discover_workload_api: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -481,12 +484,27 @@ fn watch_backoff() -> impl Backoff {
 }
 
 /// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup in
-/// `scheduling.k8s.io/v1beta1`); read once per term, since it changes only with the cluster.
+/// `scheduling.k8s.io/v1beta1`). Asked once at start, since it changes only with the cluster, and
+/// shared by the reconciler and the webhook, so both judge `placement.gang` by one answer. An
+/// apiserver that does not answer is asked again until it does; one that refuses to say counts
+/// as not serving it: `gang: workload` is then refused, not rendered against an absent API.
 async fn serves_pod_groups(client: &Client) -> bool {
-    match client.list_api_group_resources("scheduling.k8s.io/v1beta1").await {
-        Ok(list) => list.resources.iter().any(|r| r.name == "podgroups"),
-        Err(e) => {
-            info!(error = %e, "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none");
+    use backon::Retryable;
+    let ask = || client.list_api_group_resources("scheduling.k8s.io/v1beta1");
+    // An answer: the group version's resources, or a 4xx (404: not served) other than 429.
+    let unanswered = |e: &kube::Error| !matches!(e, kube::Error::Api(s) if s.code < 500 && s.code != 429);
+    let retry = backon::ExponentialBuilder::default().with_min_delay(WATCH_RETRY_MIN).with_max_delay(WATCH_RETRY_MAX).without_max_times();
+    let asked = ask.retry(retry).when(unanswered).notify(|e, delay| {
+        warn!(error = %e, retry_in = ?delay, "cannot ask the apiserver whether it serves gang scheduling (scheduling.k8s.io/v1beta1); retrying")
+    });
+    match asked.await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "podgroups") => true,
+        answer => {
+            let why = answer.map_or_else(|e| e.to_string(), |_| "the group version lists no podgroups".into());
+            info!(
+                why,
+                "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none, workload is refused"
+            );
             false
         }
     }
@@ -597,11 +615,17 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
     let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
+    // Asked before the webhook serves and the reconciler starts: both judge placement.gang by it.
+    let workload_api = tokio::select! {
+        served = async { settings.discover_workload_api && serves_pod_groups(&client).await } => served,
+        _ = stop.cancelled() => false,
+    };
+    let settings = Settings { render: RenderOptions { workload_api, ..settings.render }, ..settings };
     // The webhook serves on every replica, leader or not, and outlives reconcile terms.
     if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
         let (client, metrics, stop) = (client.clone(), metrics.clone(), stop.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::webhook::serve(client, wh, metrics, health, stop.clone().cancelled_owned()).await {
+            if let Err(e) = crate::webhook::serve(client, wh, workload_api, metrics, health, stop.clone().cancelled_owned()).await {
                 tracing::error!(error = %e, "the admission webhook could not start; stopping");
                 stop.cancel();
             }
@@ -661,8 +685,7 @@ async fn reconcile_term(
     let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let workload_api = serves_pod_groups(client).await;
-    let (group_store, group_events) = match workload_api {
+    let (group_store, group_events) = match settings.render.workload_api {
         true => {
             let (store, events) = cached(scoped::<PodGroup>(client, ns), managed.clone(), |_| {});
             (Some(store), Some(events))
@@ -683,7 +706,6 @@ async fn reconcile_term(
     let (pdd_cache, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
     let pdd_store = pdd_cache.store;
-    let settings = &Settings { render: RenderOptions { workload_api, ..settings.render.clone() }, ..settings.clone() };
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
     info!(namespace = ns.unwrap_or("<all>"), "controller started");
     let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));

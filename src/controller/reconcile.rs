@@ -503,6 +503,7 @@ mod tests {
             resync: Duration::from_secs(300),
             leader_election: None,
             webhook: None,
+            discover_workload_api: false,
         };
         Arc::new(Context::new(client, &settings, Arc::new(Metrics::default()), stores))
     }

@@ -22,7 +22,7 @@ pub struct Verdict {
 
 /// Judges `spec.placement.topologyKey` against the cluster: the GPUs of each of its domains
 /// among `nodes` (the nodes carrying that label). Whether the cluster serves gang scheduling is
-/// `validate::gang_api`'s.
+/// `validate::gang_api`'s, which the webhook applies too.
 pub fn judge(spec: &PDDeploymentSpec, nodes: &[Node]) -> Verdict {
     let mut v = Verdict::default();
     let Some(key) = spec.placement.topology_key.as_deref() else { return v };
