@@ -1,5 +1,6 @@
-//! Command-line interface: parses arguments and dispatches to the library. Exit codes:
-//! 0 success, 1 a check failed, 2 unreadable input, 3 timeout.
+//! Command-line interface: parses arguments and dispatches to the library. Exit codes: 0
+//! success, 1 a check failed, 2 unreadable input, 3 timeout, 4 a runtime failure (`EXIT_CODES`,
+//! which `--help` prints, says which when).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -14,8 +15,18 @@ use crate::model::{self, HfConfig};
 use crate::render::{self, RenderOptions};
 use crate::validate::{self, Finding, Severity};
 
+/// What every subcommand's exit status means (`pd-operator --help` prints it).
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  a check failed: validate found violations, render an invalid spec, handshake a failed check
+  2  unreadable input: files, flags, stdin
+  3  timeout: handshake run --once waited out --timeout
+  4  a runtime failure: the Kubernetes API unreachable, a port taken, the output not written";
+
 #[derive(Parser, Debug)]
 #[command(name = "pd-operator", version, about = "Prefill/decode disaggregated SGLang on Kubernetes, checked before it reaches a GPU")]
+#[command(after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(flatten)]
     pub logging: LogArgs,
@@ -138,6 +149,17 @@ pub struct ControllerArgs {
     /// IP addresses in the serving certificate (for a webhook reached by URL, e.g. 127.0.0.1).
     #[arg(long, value_delimiter = ',')]
     pub webhook_ip_sans: Vec<std::net::IpAddr>,
+    /// Kubernetes' gang scheduling API (PodGroup, scheduling.k8s.io/v1beta1): `discover` asks the
+    /// cluster once at start; `off` takes it as not served (placement.gang auto schedules pods one
+    /// by one, workload is refused at admission and reported Validated=False).
+    #[arg(long, env = "PD_WORKLOAD_API", value_enum, default_value = "discover")]
+    pub workload_api: WorkloadApi,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadApi {
+    Discover,
+    Off,
 }
 
 #[derive(Args, Debug)]
@@ -202,7 +224,8 @@ pub struct RunArgs {
     /// File with one prefill bootstrap address per line; re-read every 5 s.
     #[arg(long)]
     pub prefill_file: Option<PathBuf>,
-    /// Check once, print a JSON report, exit 0 (passed), 1 (a check failed) or 3 (timeout).
+    /// Check once, print a JSON report, exit 0 (passed), 1 (a check failed), 2 (unreadable input),
+    /// 3 (timeout) or 4 (the API, the --listen port or stdout failed).
     #[arg(long)]
     pub once: bool,
     /// With --once: how long to wait for prefills that are still starting, e.g. `90s`, `5m`.
@@ -237,10 +260,10 @@ pub struct CheckArgs {
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Crd => {
-            print!("{}", crate::api::crd_yaml());
-            ExitCode::SUCCESS
-        }
+        Command::Crd => match crate::api::crd_yaml() {
+            Ok(yaml) => write_stdout(&yaml).err().unwrap_or(ExitCode::SUCCESS),
+            Err(e) => runtime_error(e),
+        },
         Command::Validate(args) => run_validate(args),
         Command::Render(args) => run_render(args),
         Command::ParityCases(args) => run_parity_cases(args),
@@ -299,6 +322,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
                 lease: args.lease_name,
                 identity,
             }),
+            discover_workload_api: args.workload_api == WorkloadApi::Discover,
         };
         match crate::controller::run(client, settings).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -334,10 +358,7 @@ fn run_sidecar(args: RunArgs) -> ExitCode {
     let code = rt.block_on(async move {
         if args.once {
             return match sidecar::run_once(&cfg, args.timeout).await {
-                Ok((report, code)) => {
-                    println!("{report}");
-                    ExitCode::from(code)
-                }
+                Ok((report, code)) => write_stdout(&format!("{report}\n")).err().unwrap_or(ExitCode::from(code)),
                 Err(e) => sidecar_error(e),
             };
         }
@@ -392,10 +413,23 @@ fn input_error(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Exit 4: the input was fine, but running failed (the Kubernetes API unreachable, a port taken).
+/// Exit 4: the input was fine, but running failed (the Kubernetes API unreachable, a port taken,
+/// the output not written).
 fn runtime_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(4)
+}
+
+/// Exit 4 for output that could not be written (a closed pipe, a full disk): the input was
+/// readable, so this is no exit 2, and a run whose output is lost did not succeed.
+fn stdout_error(e: std::io::Error) -> ExitCode {
+    runtime_error(format!("cannot write to stdout: {e}"))
+}
+
+/// Writes `text` to stdout and flushes it (`Err`: the exit code to end with).
+fn write_stdout(text: &str) -> Result<(), ExitCode> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(stdout_error)
 }
 
 fn sidecar_error(e: crate::handshake::sidecar::SidecarError) -> ExitCode {
@@ -511,7 +545,7 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
     };
     let mut all_valid = true;
     let mut report = Vec::new();
-    let mut out = std::io::stdout().lock();
+    let mut out = String::new();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
         let (findings, facts) = check_one(d, &loaded, config.as_ref(), (&args).into());
@@ -521,10 +555,10 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
             OutputFormat::Text => {
                 for f in &findings {
                     let prefix = if f.severity == Severity::Warning { "warning: " } else { "" };
-                    let _ = writeln!(out, "{prefix}{name}: {f}");
+                    out.push_str(&format!("{prefix}{name}: {f}\n"));
                 }
                 if valid {
-                    let _ = writeln!(out, "{name}: valid ({})", facts.describe(&d.object.spec.model.path));
+                    out.push_str(&format!("{name}: valid ({})\n", facts.describe(&d.object.spec.model.path)));
                 }
             }
             OutputFormat::Json => report.push(serde_json::json!({
@@ -535,7 +569,13 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
         }
     }
     if args.output == OutputFormat::Json {
-        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => out = json + "\n",
+            Err(e) => return runtime_error(format!("cannot serialize the report: {e}")),
+        }
+    }
+    if let Err(code) = write_stdout(&out) {
+        return code;
     }
     if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
@@ -551,11 +591,11 @@ fn run_parity_cases(args: ValidateArgs) -> ExitCode {
         let (findings, facts) = check_one(d, &loaded, config.as_ref(), (&args).into());
         let case = crate::parity::case(&name, &with_assumed(&d.object.spec, (&args).into()), &facts, findings);
         let line = serde_json::json!({"file": d.path.display().to_string(), "document": d.doc, "case": case});
-        if writeln!(out, "{line}").is_err() {
-            return ExitCode::from(2);
+        if let Err(e) = writeln!(out, "{line}") {
+            return stdout_error(e);
         }
     }
-    ExitCode::SUCCESS
+    out.flush().map_or_else(stdout_error, |()| ExitCode::SUCCESS)
 }
 
 fn run_render(args: RenderArgs) -> ExitCode {
@@ -565,7 +605,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
     };
     let opts = RenderOptions { operator_image: args.operator_image, default_namespace: args.namespace, workload_api: args.workload_api };
     let mut failed = false;
-    let mut out = std::io::stdout().lock();
+    let mut out = String::new();
     for d in &loaded.deployments {
         let name = d.object.metadata.name.clone().unwrap_or_default();
         let (findings, facts) = check_one(d, &loaded, config.as_ref(), Assumed::default());
@@ -578,14 +618,15 @@ fn run_render(args: RenderArgs) -> ExitCode {
             continue;
         }
         match render::render(&d.object, &facts, &opts).and_then(|r| r.to_yaml()) {
-            Ok(yaml) => {
-                let _ = write!(out, "# {name}: {}\n{yaml}", facts.describe(&d.object.spec.model.path));
-            }
+            Ok(yaml) => out.push_str(&format!("# {name}: {}\n{yaml}", facts.describe(&d.object.spec.model.path))),
             Err(e) => {
                 eprintln!("{name}: {e}");
                 failed = true;
             }
         }
+    }
+    if let Err(code) = write_stdout(&out) {
+        return code;
     }
     if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
 }
@@ -597,8 +638,8 @@ fn read_json(path: &PathBuf) -> Result<Value, String> {
 
 fn run_check(args: CheckArgs) -> ExitCode {
     use crate::handshake::core::check_json;
-    let mut out = std::io::stdout().lock();
     if args.jsonl {
+        let mut out = std::io::stdout().lock();
         let mut all_ok = true;
         for line in std::io::stdin().lock().lines() {
             let result = match line {
@@ -615,8 +656,8 @@ fn run_check(args: CheckArgs) -> ExitCode {
                 },
             };
             all_ok &= result["ok"] == true;
-            if writeln!(out, "{result}").is_err() {
-                return ExitCode::from(2);
+            if let Err(e) = writeln!(out, "{result}") {
+                return stdout_error(e);
             }
         }
         return if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) };
@@ -629,6 +670,8 @@ fn run_check(args: CheckArgs) -> ExitCode {
         (Err(e), _) | (_, Err(e)) => return input_error(e),
     };
     let (result, ok) = check_json(&decode, &prefill);
-    let _ = writeln!(out, "{result}");
+    if let Err(code) = write_stdout(&format!("{result}\n")) {
+        return code;
+    }
     if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }

@@ -885,11 +885,11 @@ pub struct Intent {
 }
 
 impl Intent {
-    pub fn new(spec: &PDDeploymentSpec, facts: &ModelFacts, opts: &RenderOptions) -> Self {
+    pub fn new(spec: &PDDeploymentSpec, facts: &ModelFacts, opts: &RenderOptions) -> Result<Self, RenderError> {
         let pinned = crate::resolve::with_page_size(spec, facts);
         let revisions = [Role::Prefill, Role::Decode].map(|role| role_revision(spec, role, opts));
-        let contracts = [Role::Prefill, Role::Decode].map(|role| kv_contract(&pinned, facts, role));
-        Self { pinned, revisions, contracts }
+        let contracts = [kv_contract(&pinned, facts, Role::Prefill)?, kv_contract(&pinned, facts, Role::Decode)?];
+        Ok(Self { pinned, revisions, contracts })
     }
     pub fn revision(&self, role: Role) -> &str {
         &self.revisions[role as usize]
@@ -901,18 +901,19 @@ impl Intent {
 
 /// What the pods of `role` report in the handshake, and the model they serve (`KV_CONTRACT`).
 /// `pinned` is the spec with the page size both roles use.
-pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> String {
+pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Result<String, RenderError> {
     let model = serde_json::json!({"path": pinned.model.path, "revision": pinned.model.revision});
     let side = match role {
         Role::Prefill => crate::resolve::prefill_info(pinned, facts).to_body(),
-        Role::Decode => serde_json::to_value(crate::resolve::decode_topology(pinned, facts)).unwrap_or_default(),
+        Role::Decode => serde_json::to_value(crate::resolve::decode_topology(pinned, facts))
+            .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?,
     };
-    serde_json::json!({"model": model, role.as_str(): side}).to_string()
+    Ok(serde_json::json!({"model": model, role.as_str(): side}).to_string())
 }
 
 /// Renders every child object of `pdd` for KV set 0 (what `pd-operator render` prints).
 pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> Result<Rendered, RenderError> {
-    render_sets(pdd, facts, &Intent::new(&pdd.spec, facts, opts), opts, KvSets::default())
+    render_sets(pdd, facts, &Intent::new(&pdd.spec, facts, opts)?, opts, KvSets::default())
 }
 
 /// The engine pods of KV set `set`, one entry per instance slot of each role (surge included).

@@ -171,6 +171,21 @@ const PAIRED_ENV: &[(&str, &str)] = &[
 
 const DNS_LABEL_MAX: usize = 63;
 
+/// The rule only the cluster decides: `placement.gang: workload` needs Kubernetes' gang
+/// scheduling API, which the operator asks the cluster about once at start
+/// (`controller::serves_pod_groups`). The webhook denies with it; the controller reports it as
+/// `Validated=False` for objects stored before (or without) the webhook.
+pub fn gang_api(spec: &PDDeploymentSpec, served: bool) -> Option<Finding> {
+    (spec.placement.gang == crate::api::GangMode::Workload && !served).then(|| {
+        Finding::error(
+            "gang-api",
+            "spec.placement.gang",
+            "workload, but this cluster does not serve Kubernetes' gang scheduling API (PodGroup, scheduling.k8s.io/v1beta1)",
+            "enable the GenericWorkload feature gate and that API version, or use gang: auto",
+        )
+    })
+}
+
 /// Runs every rule over the spec. `config` is the model's `config.json`, when available.
 pub fn validate(name: &str, spec: &PDDeploymentSpec, config: Option<&HfConfig>) -> Vec<Finding> {
     let facts = crate::model::resolve(&spec.model, config);

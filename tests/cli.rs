@@ -163,3 +163,36 @@ fn a_runtime_failure_exits_4_not_2_which_means_unreadable_input() {
     let o = run(&["handshake", "run", "--decode", "/nonexistent/decode.json", "--prefill", "a:8998", "--once"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// Output that cannot be written (here `/dev/full`: every write fails with ENOSPC) is a runtime
+/// failure, exit 4: not success, and not 2, which means the input was unreadable.
+#[test]
+fn output_that_cannot_be_written_exits_4() {
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let cases: [&[&str]; 4] = [
+        &["crd"],
+        &["validate", "-f", "examples/deepseek-v3-dcp.yaml"],
+        &["validate", "-f", "examples/qwen-dcp2-mistake.yaml", "-o", "json"],
+        &["render", "-f", "examples/deepseek-v3-dcp.yaml"],
+    ];
+    for args in cases {
+        let o = bin().args(args).stdout(full()).output().unwrap();
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {}", text(&o));
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("error: cannot write to stdout: No space left on device"), "{args:?}: {e}");
+    }
+    // The same commands with a stdout that takes the output still succeed (or fail the check).
+    assert_eq!(run(&["crd"]).status.code(), Some(0));
+    assert_eq!(run(&["validate", "-f", "examples/qwen-dcp2-mistake.yaml", "-o", "json"]).status.code(), Some(1));
+}
+
+#[test]
+fn help_documents_every_exit_code() {
+    let o = run(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains(pd_operator::cli::EXIT_CODES), "{help}");
+    for code in 0..=4 {
+        assert!(help.contains(&format!("\n  {code}  ")), "exit code {code} undocumented: {help}");
+    }
+}

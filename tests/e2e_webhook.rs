@@ -33,12 +33,15 @@ impl Drop for Registration {
 }
 
 fn start(ns: &TestNamespace) -> (Registration, ControllerProcess, u16) {
+    start_with(ns, &[])
+}
+
+/// `start`, with more flags for the operator.
+fn start_with(ns: &TestNamespace, extra: &[&str]) -> (Registration, ControllerProcess, u16) {
     let port = free_port();
     let reg = Registration::new(&ns.name, port);
-    let ctl = ControllerProcess::start_with(
-        &ns.name,
-        &["--webhook-addr", &format!("127.0.0.1:{port}"), "--webhook-ip-sans", "127.0.0.1", "--webhook-config", &reg.name],
-    );
+    let webhook = ["--webhook-addr", &format!("127.0.0.1:{port}"), "--webhook-ip-sans", "127.0.0.1", "--webhook-config", &reg.name];
+    let ctl = ControllerProcess::start_with(&ns.name, &[&webhook[..], extra].concat());
     // The operator generated its CA and patched it into the configuration.
     wait_for(Duration::from_secs(30), "the caBundle to be patched", || {
         let o =
@@ -89,6 +92,48 @@ fn the_qwen_dcp_mistake_is_denied_with_sglang_text_and_nothing_is_stored() {
     let broken = read("examples/deepseek-v3-dcp.yaml").replace("deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-32B");
     let err = denied(&ns, &broken, "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
     assert!(err.contains("Qwen/Qwen3-32B"), "{err}");
+}
+
+/// A Qwen pair asking for gang scheduling (`placement.gang: workload`).
+const GANG_WORKLOAD: &str = "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: gang}\nspec:\n  model: {path: Qwen/Qwen3-8B}\n  kvTransfer: {pageSize: 64}\n  prefill: {parallelism: {tp: 8}}\n  decode: {parallelism: {tp: 8}}\n  placement: {gang: workload}\n";
+
+/// Whether this cluster serves Kubernetes' gang scheduling API (`hack/cluster.sh` enables it).
+fn serves_gang_api() -> bool {
+    let o = cluster().kubectl(&["get", "--raw", "/apis/scheduling.k8s.io/v1beta1"]);
+    o.status.success() && String::from_utf8_lossy(&o.stdout).contains("\"podgroups\"")
+}
+
+#[test]
+/// `gang: workload` where the operator finds no gang scheduling API is denied at admission, with
+/// the text, field and fix the controller reports as Validated=False (`validate::gang_api`), and
+/// nothing is stored. This cluster serves the API, so the operator is told to take it as absent
+/// (`--workload-api=off`); asking the cluster, as by default, the same spec is admitted.
+fn gang_workload_is_denied_at_admission_where_the_gang_api_is_not_served() {
+    let ns = TestNamespace::new("wh-gang");
+    let spec: pd_operator::api::PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+        "model": {"path": "Qwen/Qwen3-8B"}, "kvTransfer": {"pageSize": 64},
+        "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}}, "placement": {"gang": "workload"},
+    }))
+    .unwrap();
+    let rule = pd_operator::validate::gang_api(&spec, false).expect("the rule refuses gang: workload without the API").to_string();
+    assert!(rule.starts_with("spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API"));
+    {
+        let (_reg, _ctl, _) = start_with(&ns, &["--workload-api=off"]);
+        let err = denied(&ns, GANG_WORKLOAD, &rule);
+        assert!(err.contains("admission webhook \"validate.pd.inference.dev\" denied the request"), "{err}");
+        assert!(ns.get_json("pdd", "gang").is_err(), "a denied object must not be stored");
+    }
+    let served = serves_gang_api();
+    let (_reg, _ctl, _) = start(&ns);
+    if served {
+        // The registration now names the new replica's port; the apiserver may still call the old one.
+        wait_for(Duration::from_secs(30), "gang: workload admitted where the API is served", || {
+            let o = ns.apply(GANG_WORKLOAD);
+            o.status.success().then_some(()).ok_or_else(|| text(&o))
+        });
+    } else {
+        denied(&ns, GANG_WORKLOAD, &rule);
+    }
 }
 
 fn custom(config_map: &str) -> String {

@@ -1,7 +1,7 @@
 //! Property tests: `validate` never panics, and whatever it accepts renders.
 
 use pd_operator::api::{
-    AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeployment, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend,
+    AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeployment, PDDeploymentSpec, Parallelism, Role, RoleSpec, TransferBackend,
 };
 use pd_operator::model;
 use pd_operator::render::{RenderOptions, render};
@@ -93,9 +93,18 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         let opts = RenderOptions::default();
         let last = pd_operator::render::NAMED_KV_SETS;
         let sets = pd_operator::render::KvSets { target: last, routed: last };
-        let surged = pd_operator::render::render_sets(&pdd, &facts, &pd_operator::render::Intent::new(&spec, &facts, &opts), &opts, sets);
+        let intent = pd_operator::render::Intent::new(&spec, &facts, &opts).unwrap();
+        let surged = pd_operator::render::render_sets(&pdd, &facts, &intent, &opts, sets);
         for pod in rendered.pods().chain(surged.as_ref().unwrap().pods()) {
             prop_assert!(pod.spec.as_ref().unwrap().hostname.as_ref().unwrap().len() <= 63);
+        }
+        // The KV contracts its pods carry read back, or the controller fails the reconcile. Only
+        // for specs the apiserver stores: the CRD refuses `pageSize: 0` (minimum 1), which the
+        // offline `validate` does not check.
+        if spec.kv_transfer.page_size != Some(0) {
+            let (prefill, decode) = (intent.contract(Role::Prefill), intent.contract(Role::Decode));
+            let read = pd_operator::controller::sets::SpecContracts::read(prefill, decode);
+            prop_assert!(read.is_ok(), "{:?}", read);
         }
     }
     Ok(())

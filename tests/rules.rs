@@ -969,3 +969,23 @@ fn extra_args_are_matched_against_the_release_s_option_table() {
     assert!(f.iter().any(|x| x.fix.contains("SGLang 0.5.23's")), "{f:#?}");
     assert!(!run(&on("0.5.21", spec)).iter().any(|x| x.rule == "extra-args-argparse"));
 }
+
+/// The rule only the cluster decides, applied by the webhook and the controller alike.
+#[test]
+fn gang_workload_needs_a_cluster_that_serves_gang_scheduling() {
+    use pd_operator::api::GangMode;
+    use pd_operator::validate::gang_api;
+    let mut spec = mla();
+    assert_eq!(gang_api(&spec, false), None, "gang: auto falls back to no gang");
+    spec.placement.gang = GangMode::Workload;
+    assert_eq!(gang_api(&spec, true), None);
+    let f = gang_api(&spec, false).expect("refused where the API is not served");
+    assert_eq!((f.rule, f.severity, f.field.as_str()), ("gang-api", Severity::Error, "spec.placement.gang"));
+    assert_eq!(
+        f.to_string(),
+        "spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API (PodGroup, scheduling.k8s.io/v1beta1) (fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"
+    );
+    spec.placement.gang = GangMode::None;
+    assert_eq!(gang_api(&spec, false), None);
+    assert!(run(&spec).iter().all(|f| f.rule != "gang-api"), "not a rule of the offline validate");
+}

@@ -73,6 +73,10 @@ pub enum Error {
     Unnamed(&'static str),
     #[error("a child cache stopped")]
     CacheClosed,
+    #[error("the spec's own KV contract does not read back: {0}")]
+    KvContract(#[from] sets::ContractError),
+    #[error("could not serialize {what}: {source}")]
+    Serialize { what: String, source: serde_json::Error },
 }
 
 impl Error {
@@ -83,6 +87,8 @@ impl Error {
             Error::Render(_) => "render",
             Error::Unnamed(_) => "unnamed",
             Error::CacheClosed => "cache",
+            Error::KvContract(_) => "kv_contract",
+            Error::Serialize { .. } => "serialize",
         }
     }
 
@@ -107,6 +113,9 @@ pub struct Settings {
     pub resync: Duration,
     pub leader_election: Option<LeaderSettings>,
     pub webhook: Option<crate::webhook::WebhookSettings>,
+    /// Ask the cluster at start whether it serves Kubernetes' gang scheduling API (false: take it
+    /// as not served, whatever the cluster says). The answer is `render.workload_api`.
+    pub discover_workload_api: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -212,9 +221,12 @@ impl ChildStores {
     }
 }
 
-fn digest<T: Serialize>(obj: &T) -> String {
-    let bytes = serde_json::to_vec(obj).unwrap_or_default();
-    Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
+/// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
+/// error, not the hash of nothing: every such object would share that hash, and a changed child
+/// would look unchanged.
+fn digest<T: Serialize>(obj: &T) -> Result<String, serde_json::Error> {
+    let bytes = serde_json::to_vec(obj)?;
+    Ok(Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
@@ -282,9 +294,9 @@ impl Context {
         let mut changed = Vec::new();
         for want in desired {
             let mut want = want.clone();
-            let hash = digest(&want);
-            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let wname = want.meta().name.clone().unwrap_or_default();
+            let hash = digest(&want).map_err(|source| Error::Serialize { what: format!("{} {ns}/{wname}", K::kind(&())), source })?;
+            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
             if let Some(have) = have.filter(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) == Some(&hash)) {
                 current.push(Some(K::clone(have)));
@@ -472,12 +484,27 @@ fn watch_backoff() -> impl Backoff {
 }
 
 /// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup in
-/// `scheduling.k8s.io/v1beta1`); read once per term, since it changes only with the cluster.
+/// `scheduling.k8s.io/v1beta1`). Asked once at start, since it changes only with the cluster, and
+/// shared by the reconciler and the webhook, so both judge `placement.gang` by one answer. An
+/// apiserver that does not answer is asked again until it does; one that refuses to say counts
+/// as not serving it: `gang: workload` is then refused, not rendered against an absent API.
 async fn serves_pod_groups(client: &Client) -> bool {
-    match client.list_api_group_resources("scheduling.k8s.io/v1beta1").await {
-        Ok(list) => list.resources.iter().any(|r| r.name == "podgroups"),
-        Err(e) => {
-            info!(error = %e, "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none");
+    use backon::Retryable;
+    let ask = || client.list_api_group_resources("scheduling.k8s.io/v1beta1");
+    // An answer: the group version's resources, or a 4xx (404: not served) other than 429.
+    let unanswered = |e: &kube::Error| !matches!(e, kube::Error::Api(s) if s.code < 500 && s.code != 429);
+    let retry = backon::ExponentialBuilder::default().with_min_delay(WATCH_RETRY_MIN).with_max_delay(WATCH_RETRY_MAX).without_max_times();
+    let asked = ask.retry(retry).when(unanswered).notify(|e, delay| {
+        warn!(error = %e, retry_in = ?delay, "cannot ask the apiserver whether it serves gang scheduling (scheduling.k8s.io/v1beta1); retrying")
+    });
+    match asked.await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "podgroups") => true,
+        answer => {
+            let why = answer.map_or_else(|e| e.to_string(), |_| "the group version lists no podgroups".into());
+            info!(
+                why,
+                "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none, workload is refused"
+            );
             false
         }
     }
@@ -588,11 +615,17 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
     let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
+    // Asked before the webhook serves and the reconciler starts: both judge placement.gang by it.
+    let workload_api = tokio::select! {
+        served = async { settings.discover_workload_api && serves_pod_groups(&client).await } => served,
+        _ = stop.cancelled() => false,
+    };
+    let settings = Settings { render: RenderOptions { workload_api, ..settings.render }, ..settings };
     // The webhook serves on every replica, leader or not, and outlives reconcile terms.
     if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
         let (client, metrics, stop) = (client.clone(), metrics.clone(), stop.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::webhook::serve(client, wh, metrics, health, stop.clone().cancelled_owned()).await {
+            if let Err(e) = crate::webhook::serve(client, wh, workload_api, metrics, health, stop.clone().cancelled_owned()).await {
                 tracing::error!(error = %e, "the admission webhook could not start; stopping");
                 stop.cancel();
             }
@@ -652,8 +685,7 @@ async fn reconcile_term(
     let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
     let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let workload_api = serves_pod_groups(client).await;
-    let (group_store, group_events) = match workload_api {
+    let (group_store, group_events) = match settings.render.workload_api {
         true => {
             let (store, events) = cached(scoped::<PodGroup>(client, ns), managed.clone(), |_| {});
             (Some(store), Some(events))
@@ -674,7 +706,6 @@ async fn reconcile_term(
     let (pdd_cache, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
     let pdd_store = pdd_cache.store;
-    let settings = &Settings { render: RenderOptions { workload_api, ..settings.render.clone() }, ..settings.clone() };
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
     info!(namespace = ns.unwrap_or("<all>"), "controller started");
     let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
@@ -850,6 +881,19 @@ mod tests {
         assert_eq!((&slim.metadata.owner_references, &slim.metadata.uid), (&pod.metadata.owner_references, &pod.metadata.uid));
         let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
         assert!(size(&slim) * 4 < size(&pod), "slim {} of {} bytes", size(&slim), size(&pod));
+    }
+
+    #[test]
+    fn an_object_that_does_not_serialize_has_no_hash_rather_than_the_hash_of_nothing() {
+        let pod = Pod { metadata: kube::api::ObjectMeta { name: Some("p".into()), ..Default::default() }, ..Default::default() };
+        assert_eq!(digest(&pod).unwrap().len(), 16);
+        assert_ne!(digest(&pod).unwrap(), digest(&()).unwrap());
+        // JSON object keys must be strings: this map cannot be serialized.
+        let unserializable = BTreeMap::from([((1u8, 2u8), 3u8)]);
+        let source = digest(&unserializable).expect_err("a map with tuple keys is no JSON");
+        let error = Error::Serialize { what: "Pod ns/p".into(), source };
+        assert!(error.to_string().starts_with("could not serialize Pod ns/p: key must be a string"), "{error}");
+        assert_eq!(error.metric_label(), "serialize");
     }
 
     #[test]

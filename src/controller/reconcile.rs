@@ -45,8 +45,8 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if !problems.is_empty() {
             return pass.report_invalid(problems).await;
         }
-        let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render);
-        let sets = pass.decide_sets(&intent);
+        let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render)?;
+        let sets = pass.decide_sets(&intent)?;
         let mut rendered = render::render_sets(pdd, &facts, &intent, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
         // The sidecars of an older set's decodes still patch their own gates.
         let older = pass.observed.iter().filter(|p| p.set != sets.target && p.role == Role::Decode).map(|p| p.name.clone());
@@ -82,7 +82,8 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
     if let Err(e) = &config {
         problems.push(format!("spec.model.configMapRef: {e}"));
     }
-    let placement = render::placement::judge(&pdd.spec, ctx.render.workload_api, &topology_nodes(ctx, pdd).await?);
+    problems.extend(validate::gang_api(&pdd.spec, ctx.render.workload_api).map(|f| f.to_string()));
+    let placement = render::placement::judge(&pdd.spec, &topology_nodes(ctx, pdd).await?);
     for warning in placement.warnings {
         ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", warning).await;
     }
@@ -168,10 +169,11 @@ impl<'a> Pass<'a> {
     }
 
     /// Which KV set new pods go to and which the router pairs (`sets::decide`).
-    fn decide_sets(&self, intent: &render::Intent) -> Decision {
+    fn decide_sets(&self, intent: &render::Intent) -> Result<Decision, Error> {
         let spec = &self.pdd.spec;
+        let contracts = sets::SpecContracts::read(intent.contract(Role::Prefill), intent.contract(Role::Decode))?;
         let desired = sets::Desired {
-            contracts: (intent.contract(Role::Prefill), intent.contract(Role::Decode)),
+            contracts: &contracts,
             revisions: (intent.revision(Role::Prefill), intent.revision(Role::Decode)),
             always_surge: spec.rollout.strategy == RolloutStrategy::Surge,
         };
@@ -182,7 +184,7 @@ impl<'a> Pass<'a> {
         if decision.target != decision.routed || !decision.retire.is_empty() {
             info!(target = decision.target, routed = decision.routed, retire = ?decision.retire, ?router, "KV sets");
         }
-        decision
+        Ok(decision)
     }
 
     /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.
@@ -501,6 +503,7 @@ mod tests {
             resync: Duration::from_secs(300),
             leader_election: None,
             webhook: None,
+            discover_workload_api: false,
         };
         Arc::new(Context::new(client, &settings, Arc::new(Metrics::default()), stores))
     }

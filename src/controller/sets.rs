@@ -11,13 +11,32 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use serde_json::Value;
+use thiserror::Error;
 
 use super::plan::ObservedPod;
 use crate::api::{KvSetStatus, Role};
-use crate::handshake::core::{DecodeTopology, PrefillInfo, all_failures};
+use crate::handshake::core::{DecodeTopology, InputError, PrefillInfo, all_failures};
+use crate::render::KV_CONTRACT;
 
 pub const IN_PLACE: &str = "InPlace";
 pub const SURGE: &str = "Surge";
+/// Why a pod whose contract cannot be read makes its set one the spec's pods do not join.
+const UNJUDGED: &str = "a set that cannot be judged is not joined";
+
+/// Why a KV contract cannot be read as the handshake core reads it.
+#[derive(Debug, Error)]
+pub enum ContractError {
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("it names no model")]
+    NoModel,
+    #[error("it has no {0} side")]
+    NoSide(&'static str),
+    #[error(transparent)]
+    Decode(#[from] InputError),
+    #[error("prefill topology body: {0}")]
+    Prefill(String),
+}
 
 /// The router Deployment as the cache shows it: the set its pods pair, and whether its rollout
 /// is over (no pod of an older template left).
@@ -57,7 +76,7 @@ pub fn slim_deployment(d: &mut Deployment) {
 /// every revision change comes up as a set of its own (`rollout.strategy: Surge`).
 #[derive(Clone, Copy, Debug)]
 pub struct Desired<'a> {
-    pub contracts: (&'a str, &'a str),
+    pub contracts: &'a SpecContracts,
     pub revisions: (&'a str, &'a str),
     pub always_surge: bool,
 }
@@ -78,31 +97,83 @@ pub struct Decision {
     pub status: KvSetStatus,
 }
 
-/// Why a running pod's contract cannot pair with the spec's (`None`: it can, or it carries none).
-pub fn incompatibility(running: &str, new_prefill: &str, new_decode: &str) -> Option<String> {
-    let (old, prefill, decode) = (parse(running)?, parse(new_prefill)?, parse(new_decode)?);
-    if old["model"] != prefill["model"] {
-        return Some(format!("the model changes from {} to {}: a decode cannot use another model's KV", old["model"], prefill["model"]));
+/// One pod's KV contract, read: the model it serves and its side of the handshake.
+#[derive(Debug)]
+pub struct Contract {
+    model: Value,
+    side: Side,
+}
+
+#[derive(Debug)]
+enum Side {
+    Prefill(PrefillInfo),
+    Decode(DecodeTopology),
+}
+
+impl Contract {
+    pub fn read(text: &str) -> Result<Self, ContractError> {
+        let v: Value = serde_json::from_str(text)?;
+        let model = v.get("model").cloned().ok_or(ContractError::NoModel)?;
+        let side = match (v.get(Role::Prefill.as_str()), v.get(Role::Decode.as_str())) {
+            (Some(body), _) => Side::Prefill(PrefillInfo::from_body(body).map_err(ContractError::Prefill)?),
+            (None, Some(topology)) => Side::Decode(DecodeTopology::parse(topology)?),
+            (None, None) => return Err(ContractError::NoSide("prefill or decode")),
+        };
+        Ok(Self { model, side })
     }
-    let (pair, failures) = if let Some(body) = old.get("prefill") {
-        let topology = DecodeTopology::parse(&decode["decode"]).ok()?;
-        ("new decode with running prefill", all_failures(&topology, &PrefillInfo::from_body(body).ok()?).0)
-    } else {
-        let topology = DecodeTopology::parse(old.get("decode")?).ok()?;
-        ("running decode with new prefill", all_failures(&topology, &PrefillInfo::from_body(&prefill["prefill"]).ok()?).0)
+}
+
+/// The contracts the spec's new pods would carry, read once per decision.
+#[derive(Debug)]
+pub struct SpecContracts {
+    model: Value,
+    prefill: PrefillInfo,
+    decode: DecodeTopology,
+}
+
+impl SpecContracts {
+    /// Reads the (prefill, decode) contracts `render::Intent` made; they read back unless the
+    /// operator has a bug, and then the reconcile fails rather than judging nothing.
+    pub fn read(prefill: &str, decode: &str) -> Result<Self, ContractError> {
+        let (p, d) = (Contract::read(prefill)?, Contract::read(decode)?);
+        match (p.side, d.side) {
+            (Side::Prefill(prefill), Side::Decode(decode)) => Ok(Self { model: p.model, prefill, decode }),
+            (Side::Prefill(_), Side::Prefill(_)) => Err(ContractError::NoSide("decode")),
+            (Side::Decode(_), _) => Err(ContractError::NoSide("prefill")),
+        }
+    }
+}
+
+/// Why a running pod's contract cannot pair with the spec's (`None`: it can).
+pub fn incompatibility(running: &Contract, new: &SpecContracts) -> Option<String> {
+    if running.model != new.model {
+        return Some(format!("the model changes from {} to {}: a decode cannot use another model's KV", running.model, new.model));
+    }
+    let (pair, failures) = match &running.side {
+        Side::Prefill(info) => ("new decode with running prefill", all_failures(&new.decode, info).0),
+        Side::Decode(topology) => ("running decode with new prefill", all_failures(topology, &new.prefill).0),
     };
     let first = failures.first()?;
     Some(format!("{pair}: {}: {}", first.kind, first.error))
 }
 
-fn parse(text: &str) -> Option<Value> {
-    serde_json::from_str(text).ok()
-}
-
-/// The first reason the pods of `set` cannot pair with the spec's contracts.
-fn set_incompatibility(observed: &[ObservedPod], set: u32, new: (&str, &str)) -> Option<String> {
-    let contracts: BTreeSet<&str> = observed.iter().filter(|p| p.set == set && !p.deleting).filter_map(|p| p.contract.as_deref()).collect();
-    contracts.into_iter().find_map(|c| incompatibility(c, new.0, new.1))
+/// The first reason the pods of `set` cannot pair with the spec's contracts, pod by pod in the
+/// order observed. A pod without a readable contract cannot be judged, so it counts as one that
+/// cannot pair: the change comes up as a set of its own rather than rolling in place blind.
+fn set_incompatibility(observed: &[ObservedPod], set: u32, new: &SpecContracts) -> Option<String> {
+    let mut judged = BTreeSet::new();
+    observed.iter().filter(|p| p.set == set && !p.deleting).find_map(|p| {
+        let Some(text) = p.contract.as_deref() else {
+            return Some(format!("pod {} carries no KV contract ({KV_CONTRACT}); {UNJUDGED}", p.name));
+        };
+        if !judged.insert(text) {
+            return None;
+        }
+        match Contract::read(text) {
+            Ok(running) => incompatibility(&running, new),
+            Err(e) => Some(format!("pod {} carries no readable KV contract ({KV_CONTRACT}): {e}; {UNJUDGED}", p.name)),
+        }
+    })
 }
 
 /// Why the spec's pods cannot join `set`: an incompatible contract, or, under `Surge`, a pod of
@@ -157,27 +228,35 @@ mod tests {
     use crate::model::ModelFacts;
     use crate::render::kv_contract;
 
-    /// A DeepSeek-style MLA pair at `page` (both roles), and its (prefill, decode) contracts.
-    fn contracts(page: u32, model: &str) -> (String, String) {
+    /// A spec's (prefill, decode) KV contracts: as text, what its pods carry, and read.
+    struct Fixture {
+        text: (String, String),
+        read: SpecContracts,
+    }
+
+    /// A DeepSeek-style MLA pair at `page` (both roles), and its contracts.
+    fn contracts(page: u32, model: &str) -> Fixture {
         contracts_tp(page, model, 8)
     }
 
-    fn contracts_tp(page: u32, model: &str, decode_tp: u32) -> (String, String) {
+    fn contracts_tp(page: u32, model: &str, decode_tp: u32) -> Fixture {
         let spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
             "model": {"path": model}, "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": decode_tp}},
             "kvTransfer": {"pageSize": page}
         }))
         .unwrap();
         let facts: ModelFacts = crate::model::resolve(&spec.model, None);
-        (kv_contract(&spec, &facts, Role::Prefill), kv_contract(&spec, &facts, Role::Decode))
+        let text = (kv_contract(&spec, &facts, Role::Prefill).unwrap(), kv_contract(&spec, &facts, Role::Decode).unwrap());
+        let read = SpecContracts::read(&text.0, &text.1).expect("rendered contracts read back");
+        Fixture { text, read }
     }
 
-    fn pod(role: Role, instance: u32, set: u32, contract: &(String, String)) -> ObservedPod {
-        let side = if role == Role::Prefill { &contract.0 } else { &contract.1 };
+    fn pod(role: Role, instance: u32, set: u32, contract: &Fixture) -> ObservedPod {
+        let side = if role == Role::Prefill { &contract.text.0 } else { &contract.text.1 };
         ObservedPod { set, contract: Some(side.clone()), ..ObservedPod::running(role, instance, 0, "r") }
     }
 
-    fn pair(set: u32, contract: &(String, String)) -> Vec<ObservedPod> {
+    fn pair(set: u32, contract: &Fixture) -> Vec<ObservedPod> {
         vec![pod(Role::Prefill, 0, set, contract), pod(Role::Decode, 0, set, contract)]
     }
 
@@ -188,7 +267,7 @@ mod tests {
         }))
         .unwrap();
         let pdd = crate::api::PDDeployment::new("m", spec.clone());
-        let intent = crate::render::Intent::new(&spec, &crate::model::resolve(&spec.model, None), &Default::default());
+        let intent = crate::render::Intent::new(&spec, &crate::model::resolve(&spec.model, None), &Default::default()).unwrap();
         let sets = crate::render::KvSets { target: 2, routed: 2 };
         let rendered = crate::render::render_sets(&pdd, &crate::model::resolve(&spec.model, None), &intent, &Default::default(), sets);
         let mut d = rendered.unwrap().deployments.remove(0);
@@ -213,24 +292,83 @@ mod tests {
 
     const ONE: Want = Want { prefill: (1, 1), decode: (1, 1) };
 
-    fn new(c: &(String, String)) -> Desired<'_> {
-        Desired { contracts: (&c.0, &c.1), revisions: ("r", "r"), always_surge: false }
+    fn new(c: &Fixture) -> Desired<'_> {
+        Desired { contracts: &c.read, revisions: ("r", "r"), always_surge: false }
+    }
+
+    /// `incompatibility` of a running pod's contract text with the spec's contracts `c`.
+    fn judged(running: &str, c: &Fixture) -> Option<String> {
+        incompatibility(&Contract::read(running).expect("a readable contract"), &c.read)
     }
 
     #[test]
     fn a_page_size_change_is_incompatible_with_sglangs_text_and_a_tp_change_is_not() {
         let (p64, p32) = (contracts(64, "deepseek-ai/DeepSeek-V3"), contracts(32, "deepseek-ai/DeepSeek-V3"));
-        let why = incompatibility(&p64.0, &p32.0, &p32.1).expect("page 64 prefill cannot serve a page 32 decode");
+        let (prefill, decode) = (&p64.text.0, &p64.text.1);
+        let why = judged(prefill, &p32).expect("page 64 prefill cannot serve a page 32 decode");
         assert!(why.starts_with("new decode with running prefill: RuntimeError: Page size mismatch"), "{why}");
-        let why = incompatibility(&p64.1, &p32.0, &p32.1).expect("page 64 decode cannot read a page 32 prefill");
+        let why = judged(decode, &p32).expect("page 64 decode cannot read a page 32 prefill");
         assert!(why.starts_with("running decode with new prefill:"), "{why}");
-        assert_eq!(incompatibility(&p64.0, &p64.0, &p64.1), None);
+        assert_eq!(judged(prefill, &p64), None);
         let tp4 = contracts_tp(64, "deepseek-ai/DeepSeek-V3", 4);
-        assert_eq!(incompatibility(&p64.0, &tp4.0, &tp4.1), None, "an MLA decode maps any attention TP");
-        assert_eq!(incompatibility(&p64.1, &tp4.0, &tp4.1), None);
+        assert_eq!(judged(prefill, &tp4), None, "an MLA decode maps any attention TP");
+        assert_eq!(judged(decode, &tp4), None);
         let other = contracts(64, "Qwen/Qwen3-8B");
-        assert!(incompatibility(&p64.0, &other.0, &other.1).unwrap().contains("the model changes"));
-        assert_eq!(incompatibility("not json", &p64.0, &p64.1), None, "a pod without a readable contract is not judged");
+        assert!(judged(prefill, &other).unwrap().contains("the model changes"));
+    }
+
+    #[test]
+    fn a_contract_that_does_not_read_says_why() {
+        let p64 = contracts(64, "deepseek-ai/DeepSeek-V3");
+        let why = |text: &str| Contract::read(text).expect_err(text).to_string();
+        assert!(why("not json").starts_with("not JSON: "), "{}", why("not json"));
+        assert_eq!(why(r#"{"decode": {}}"#), "it names no model");
+        assert_eq!(why(r#"{"model": {"path": "m"}}"#), "it has no prefill or decode side");
+        assert!(why(r#"{"model": {"path": "m"}, "decode": {"page_size": 64}}"#).starts_with("decode topology: field `"));
+        assert!(why(r#"{"model": {"path": "m"}, "prefill": []}"#).starts_with("prefill topology body: TypeError: "));
+        // The spec's own pair must be a prefill and a decode, in that order.
+        let (prefill, decode) = (&p64.text.0, &p64.text.1);
+        assert_eq!(SpecContracts::read(decode, prefill).expect_err("swapped").to_string(), "it has no prefill side");
+        assert_eq!(SpecContracts::read(prefill, prefill).expect_err("two prefills").to_string(), "it has no decode side");
+    }
+
+    #[test]
+    fn a_pod_without_a_readable_contract_makes_the_change_a_new_set_and_says_which_pod() {
+        let p64 = contracts(64, "deepseek-ai/DeepSeek-V3");
+        let router = Some(Router { set: 0, settled: true });
+        // The same spec, but one running decode's contract is garbled: the set cannot be judged.
+        let mut running = pair(0, &p64);
+        running[1].contract = Some("{\"model\": ".into());
+        let d = decide(&running, &new(&p64), router, ONE);
+        assert_eq!((d.target, d.routed, d.status.strategy.as_str()), (1, 0, SURGE));
+        let m = &d.status.message;
+        assert!(m.starts_with("pod decode-0-0 carries no readable KV contract (pd.inference.dev/kv-contract): not JSON: "), "{m}");
+        assert!(m.ends_with("; a set that cannot be judged is not joined"), "{m}");
+        // A running pod that carries no contract at all (made before contracts existed).
+        running[1].contract = None;
+        let d = decide(&running, &new(&p64), router, ONE);
+        assert_eq!((d.target, d.routed, d.status.strategy.as_str()), (1, 0, SURGE));
+        assert_eq!(
+            d.status.message,
+            "pod decode-0-0 carries no KV contract (pd.inference.dev/kv-contract); a set that cannot be judged is not joined"
+        );
+        // That reason is status.kvSet.message, and the RolloutSurge Event says it.
+        let next = crate::api::PDDeploymentStatus { kv_set: Some(d.status.clone()), ..Default::default() };
+        let (reason, note) = super::super::status::rollout_transition(None, &next).expect("an Event for the surge");
+        assert_eq!(reason, "RolloutSurge");
+        assert!(note.starts_with(&format!("the new revisions cannot pair with KV set 0 ({}): set 1 comes up", d.status.message)), "{note}");
+        // A pod on its way out is not judged, and neither is any pod of another set.
+        running[1].deleting = true;
+        assert_eq!(decide(&running, &new(&p64), router, ONE).target, 0);
+        running[1] = ObservedPod { set: 1, deleting: false, ..running[1].clone() };
+        let d = decide(&running, &new(&p64), Some(Router { set: 0, settled: true }), ONE);
+        assert_eq!(d.target, 2, "set 1, the newest, holds the pod that cannot be judged: {d:?}");
+        // Once the new set's own pods carry the spec's contracts, it is joined in place.
+        let mut surged = pair(0, &p64);
+        surged[1].contract = None;
+        surged.extend(pair(1, &p64));
+        let d = decide(&surged, &new(&p64), Some(Router { set: 1, settled: true }), ONE);
+        assert_eq!((d.target, d.routed, d.retire), (1, 1, vec![0]));
     }
 
     #[test]

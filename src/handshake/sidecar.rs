@@ -157,12 +157,13 @@ pub fn rank_targets(ranks: &[RankMapping]) -> Vec<RankTargets> {
 
 /// The strategic-merge patch of `pods/status`: the gate condition (merged by `type`) and the rank
 /// map annotation (the status subresource accepts metadata changes; removed while not passed).
-pub fn pod_patch(agg: &Aggregate, ranks: Option<&[RankMapping]>, transition: &str) -> Value {
+/// A rank map that does not serialize is an error, never an empty annotation beside a passed gate.
+pub fn pod_patch(agg: &Aggregate, ranks: Option<&[RankMapping]>, transition: &str) -> Result<Value, serde_json::Error> {
     let annotation = match (agg.passed, ranks) {
-        (true, Some(r)) => Value::from(serde_json::to_string(&rank_targets(r)).unwrap_or_default()),
+        (true, Some(r)) => Value::from(serde_json::to_string(&rank_targets(r))?),
         _ => Value::Null,
     };
-    json!({
+    Ok(json!({
         "metadata": {"annotations": {RANK_MAP_ANNOTATION: annotation}},
         "status": {"conditions": [{
             "type": HANDSHAKE_CONDITION,
@@ -171,7 +172,7 @@ pub fn pod_patch(agg: &Aggregate, ranks: Option<&[RankMapping]>, transition: &st
             "message": agg.message,
             "lastTransitionTime": transition,
         }]}
-    })
+    }))
 }
 
 type Verdicts = Arc<Mutex<BTreeMap<String, Option<Verdict>>>>;
@@ -324,9 +325,15 @@ async fn report_to_pod(client: kube::Client, (ns, name): (String, String), verdi
                 Some(Verdict::Passed { ranks, .. }) => Some(ranks.clone()),
                 _ => None,
             });
-            let patch = pod_patch(&agg, ranks.as_deref(), &transition.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-            match pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
-                Ok(_) => {
+            // Unreported, the gate keeps the pod out of service: a report is never sent half-made.
+            let sent = match pod_patch(&agg, ranks.as_deref(), &transition.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()) {
+                Ok(patch) => {
+                    pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await.map(drop).map_err(|e| e.to_string())
+                }
+                Err(e) => Err(format!("cannot serialize the rank map: {e}")),
+            };
+            match sent {
+                Ok(()) => {
                     info!(pod = %name, passed = agg.passed, reason = %agg.reason, "reported the handshake to the pod");
                     last = Some(agg);
                     delays = retry_delays();
@@ -450,7 +457,7 @@ mod tests {
     #[test]
     fn pod_patch_sets_the_gate_and_drops_the_rank_map_when_failing() {
         let agg = Aggregate { passed: false, reason: "PageSizeMismatch".into(), message: "m".into() };
-        let p = pod_patch(&agg, None, "2026-01-01T00:00:00Z");
+        let p = pod_patch(&agg, None, "2026-01-01T00:00:00Z").unwrap();
         assert_eq!(p["status"]["conditions"][0]["type"], HANDSHAKE_CONDITION);
         assert_eq!(p["status"]["conditions"][0]["status"], "False");
         assert!(p["metadata"]["annotations"][RANK_MAP_ANNOTATION].is_null());

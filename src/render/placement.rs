@@ -20,17 +20,11 @@ pub struct Verdict {
     pub warnings: Vec<String>,
 }
 
-/// Judges `spec.placement` against the cluster: whether it serves gang scheduling, and the GPUs
-/// of each domain of `topologyKey` among `nodes` (the nodes carrying that label).
-pub fn judge(spec: &PDDeploymentSpec, workload_api: bool, nodes: &[Node]) -> Verdict {
+/// Judges `spec.placement.topologyKey` against the cluster: the GPUs of each of its domains
+/// among `nodes` (the nodes carrying that label). Whether the cluster serves gang scheduling is
+/// `validate::gang_api`'s, which the webhook applies too.
+pub fn judge(spec: &PDDeploymentSpec, nodes: &[Node]) -> Verdict {
     let mut v = Verdict::default();
-    if spec.placement.gang == GangMode::Workload && !workload_api {
-        v.errors.push(
-            "spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API (PodGroup, \
-             scheduling.k8s.io/v1beta1) (fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"
-                .into(),
-        );
-    }
     let Some(key) = spec.placement.topology_key.as_deref() else { return v };
     let mut domains: BTreeMap<&str, u64> = BTreeMap::new();
     for n in nodes {
@@ -180,24 +174,21 @@ mod tests {
     #[test]
     fn an_instance_larger_than_every_domain_can_never_schedule() {
         let racks = [node("a", 8), node("a", 8), node("b", 8)];
-        assert_eq!(judge(&spec(serde_json::json!({"topologyKey": "rack"}), 16), false, &racks), Verdict::default());
-        let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 32), false, &racks);
+        assert_eq!(judge(&spec(serde_json::json!({"topologyKey": "rack"}), 16), &racks), Verdict::default());
+        let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 32), &racks);
         assert_eq!(v.errors.len(), 2, "{v:?}");
         assert!(
             v.errors[0].starts_with("spec.prefill: one instance needs 32 GPUs within one rack domain, but the largest (rack=a) has 16")
         );
         // Required colocation needs a prefill and a decode instance in one domain.
-        let v = judge(&spec(serde_json::json!({"topologyKey": "rack", "colocate": "required"}), 16), false, &racks);
+        let v = judge(&spec(serde_json::json!({"topologyKey": "rack", "colocate": "required"}), 16), &racks);
         assert!(v.errors.iter().all(|e| e.contains("a prefill and a decode instance together need 32 GPUs")), "{v:?}");
     }
 
     #[test]
-    fn no_node_with_the_label_is_a_warning_and_a_missing_gang_api_an_error() {
-        let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 8), true, &[]);
+    fn no_node_with_the_label_is_a_warning() {
+        let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 8), &[]);
         assert!(v.errors.is_empty() && v.warnings[0].contains("no node carries the label \"rack\""), "{v:?}");
-        let v = judge(&spec(serde_json::json!({"gang": "workload"}), 8), false, &[]);
-        assert!(v.errors[0].contains("does not serve Kubernetes' gang scheduling API"), "{v:?}");
-        assert_eq!(judge(&spec(serde_json::json!({"gang": "workload"}), 8), true, &[]), Verdict::default());
     }
 
     #[test]

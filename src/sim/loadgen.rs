@@ -3,6 +3,7 @@
 //! per event (TTFT, ITL). With `--prefill` and `--bootstrap` it plays the gateway itself: the same
 //! stamped body goes to the prefill and the decode at once. Prints one JSON line.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -269,8 +270,8 @@ pub async fn run(args: &[String]) -> Result<(), SimError> {
     let workers: Vec<_> = (0..c.concurrency.max(1)).map(|_| tokio::spawn(worker(c.clone(), next.clone(), out.clone()))).collect();
     futures::future::join_all(workers).await;
     let samples = std::mem::take(&mut *out.lock().unwrap_or_else(|p| p.into_inner()));
-    println!("{}", report(&c, &samples, start));
-    Ok(())
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", report(&c, &samples, start)).and_then(|()| stdout.flush()).map_err(SimError::Output)
 }
 
 #[cfg(test)]

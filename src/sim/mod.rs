@@ -28,4 +28,6 @@ pub enum SimError {
     Listen { addr: String, source: std::io::Error },
     #[error("server on {addr} failed: {source}")]
     Serve { addr: String, source: std::io::Error },
+    #[error("cannot write to stdout: {0}")]
+    Output(std::io::Error),
 }

@@ -49,6 +49,8 @@ pub struct WebhookSettings {
 struct AppState {
     client: Client,
     metrics: Arc<crate::controller::metrics::Metrics>,
+    /// Whether the cluster serves Kubernetes' gang scheduling API (the controller's finding).
+    gang_api: bool,
 }
 
 async fn lookup_config(client: &Client, ns: &str, name: &str, key: &str) -> review::ConfigLookup {
@@ -109,7 +111,7 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
             None => Ok(None),
             Some((ns, name, key)) => lookup_config(&state.client, &ns, &name, &key).await,
         };
-        let response = review::decide(&req, config);
+        let response = review::decide(&req, config, state.gang_api);
         state.metrics.admission(if response.allowed { "allowed" } else { "denied" });
         info!(allowed = response.allowed, "admission decided");
         axum::Json(response.into_review()).into_response()
@@ -118,8 +120,11 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
     .await
 }
 
-pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>) -> Router {
-    Router::new().route("/validate", post(validate)).route("/healthz", get(|| async { "ok" })).with_state(AppState { client, metrics })
+/// The webhook's routes; `gang_api` is whether the cluster serves Kubernetes' gang scheduling
+/// API, found once at start and shared with the reconciler.
+pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>, gang_api: bool) -> Router {
+    let state = AppState { client, metrics, gang_api };
+    Router::new().route("/validate", post(validate)).route("/healthz", get(|| async { "ok" })).with_state(state)
 }
 
 /// Whether this replica's webhook should receive admission reviews: it listens, and the
@@ -146,6 +151,7 @@ impl Health {
 pub async fn serve(
     client: Client,
     settings: WebhookSettings,
+    gang_api: bool,
     metrics: Arc<crate::controller::metrics::Metrics>,
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -156,7 +162,7 @@ pub async fn serve(
         tokio::net::TcpListener::bind(settings.addr).await.map_err(|source| WebhookError::Bind { addr: settings.addr, source })?;
     info!(addr = %settings.addr, "webhook listening (POST /validate)");
     health.listening.store(true, Ordering::Relaxed);
-    let app = router(client, metrics);
+    let app = router(client, metrics, gang_api);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {

@@ -1,5 +1,7 @@
-//! The admission decision, pure: an `AdmissionReview` body and the referenced model config in,
-//! an `AdmissionResponse` out. Same rules and texts as `pd-operator validate`.
+//! The admission decision, pure: an `AdmissionReview` body, the referenced model config and
+//! whether the cluster serves gang scheduling in, an `AdmissionResponse` out. Same rules and
+//! texts as `pd-operator validate`, plus the one the cluster decides (`validate::gang_api`), as
+//! the controller applies them.
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -52,8 +54,9 @@ fn rolls_everything(old: &PDDeployment, new: &PDDeployment) -> Option<&'static s
     }
 }
 
-/// Decides one admission request.
-pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> AdmissionResponse {
+/// Decides one admission request. `gang_api` is whether the cluster serves Kubernetes' gang
+/// scheduling API, as the operator found at start.
+pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_api: bool) -> AdmissionResponse {
     let resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return resp;
@@ -74,7 +77,8 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Ad
             )),
         };
     let facts = model::resolve(&pdd.spec.model, config.as_ref());
-    let findings = validate::validate_with_facts(&name, &pdd.spec, &facts);
+    let mut findings = validate::validate_with_facts(&name, &pdd.spec, &facts);
+    findings.extend(validate::gang_api(&pdd.spec, gang_api));
     let line = validate::Finding::to_string;
     let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
     let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
@@ -99,8 +103,8 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Ad
 }
 
 /// The AdmissionReview response body for a parsed request.
-pub fn respond(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup) -> Value {
-    serde_json::to_value(decide(req, config).into_review()).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}))
+pub fn respond(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_api: bool) -> Value {
+    serde_json::to_value(decide(req, config, gang_api).into_review()).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}))
 }
 
 #[cfg(test)]
@@ -128,7 +132,7 @@ mod tests {
     #[test]
     fn denies_the_qwen_dcp_mistake_with_sglang_text_and_field() {
         let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 4, "dcp": 2})))).unwrap();
-        let r = decide(&req, Ok(None));
+        let r = decide(&req, Ok(None), false);
         assert!(!r.allowed);
         assert!(
             r.result.message.contains("spec.decode.parallelism.dcp: PD decode DCP requires an MLA or hybrid-MLA KV pool."),
@@ -141,7 +145,7 @@ mod tests {
     #[test]
     fn warns_without_denying() {
         let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 2})))).unwrap();
-        let r = decide(&req, Ok(None));
+        let r = decide(&req, Ok(None), false);
         assert!(r.allowed);
         assert!(r.warnings.unwrap()[0].contains("Performance is NOT guaranteed"));
     }
@@ -149,8 +153,27 @@ mod tests {
     #[test]
     fn config_lookup_errors_deny_with_the_reason() {
         let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 4})))).unwrap();
-        let r = decide(&req, Err("ConfigMap ns/cfg does not exist".into()));
+        let r = decide(&req, Err("ConfigMap ns/cfg does not exist".into()), false);
         assert!(!r.allowed && r.result.message.contains("ConfigMap ns/cfg does not exist"));
+    }
+
+    #[test]
+    fn gang_workload_is_denied_where_the_cluster_serves_no_gang_api_with_the_controllers_text() {
+        let mut object = pdd(serde_json::json!({"tp": 4}));
+        object["spec"]["placement"] = serde_json::json!({"gang": "workload"});
+        let req = parse(&review("CREATE", object)).unwrap();
+        let r = decide(&req, Ok(None), false);
+        assert!(!r.allowed);
+        let spec: crate::api::PDDeploymentSpec = serde_json::from_value(req.object.as_ref().unwrap().data["spec"].clone()).unwrap();
+        let rule = validate::gang_api(&spec, false).expect("the controller refuses it too").to_string();
+        assert!(rule.starts_with("spec.placement.gang: workload, but this cluster does not serve"), "{rule}");
+        assert!(rule.ends_with("(fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"), "{rule}");
+        assert!(r.result.message.ends_with(&format!("(1 violation):\n{rule}")), "{}", r.result.message);
+        assert!(decide(&req, Ok(None), true).allowed, "admitted where the cluster serves it");
+        // `auto` falls back to no gang: admitted either way.
+        let mut object = pdd(serde_json::json!({"tp": 4}));
+        object["spec"]["placement"] = serde_json::json!({"gang": "auto"});
+        assert!(decide(&parse(&review("CREATE", object)).unwrap(), Ok(None), false).allowed);
     }
 
     #[test]
@@ -175,7 +198,7 @@ mod tests {
             let object = serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": extra},
                 "spec": {"model": {"path": path}, "prefill": {"parallelism": {"tp": tp}}, "decode": {"parallelism": {"tp": tp, "dcp": dcp}}}});
             let req = parse(&review(op, object)).unwrap();
-            let v = respond(&req, Ok(None));
+            let v = respond(&req, Ok(None), false);
             prop_assert_eq!(&v["response"]["uid"], "u-1");
             prop_assert!(v["response"]["allowed"].is_boolean());
         }
