@@ -108,37 +108,40 @@ impl fmt::Display for Release {
     }
 }
 
-/// SGLang's rules that a release does not raise yet, by rule id (`validate` and the handshake
-/// core), with the first release that does. A rule not listed holds for every supported release.
+/// SGLang's rules that not every supported release raises, by rule id (`validate` and the
+/// handshake core), with the first and the last release that does. A rule not listed holds for
+/// every supported release.
 /// (From SGLang's sources: the start-up hooks under `srt/arg_groups` and the decode's checks in
 /// `srt/disaggregation/common/conn.py` of each release.)
-const RULES_SINCE: &[(&str, Release)] = &[
+const RULE_RELEASES: &[(&str, Release, Release)] = &[
     // Start-up: 0.5.22 added the DCP/prefill-CP and DSA DCP refusals and KV-cache sharding
     // (0.5.21 has no `--enable-kv-cache-sharding`; `release-flag` refuses it there).
-    ("dcp-with-prefill-cp", Release::V0_5_22),
-    ("dsa-dcp-pd", Release::V0_5_22),
-    ("sharding-prefill-only", Release::V0_5_22),
-    ("sharding-layout", Release::V0_5_22),
-    ("sharding-with-dcp", Release::V0_5_22),
-    ("sharding-backend", Release::V0_5_22),
-    ("sharding-staging", Release::V0_5_22),
-    ("sharding-speculative", Release::V0_5_22),
-    ("sharding-page-size", Release::V0_5_22),
+    ("dcp-with-prefill-cp", Release::V0_5_22, Release::V0_5_23),
+    ("dsa-dcp-pd", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-prefill-only", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-layout", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-with-dcp", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-backend", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-staging", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-speculative", Release::V0_5_22, Release::V0_5_23),
+    ("sharding-page-size", Release::V0_5_22, Release::V0_5_23),
+    // 0.5.22 shards only with the Python radix tree core; 0.5.23 dropped the requirement.
+    ("sharding-tree-core", Release::V0_5_22, Release::V0_5_22),
     // The decode's handshake: MXFP8 attention TP and the allocation policy came with 0.5.22,
     // MiniMax attention TP, the KV layout and the sharding checks with 0.5.23.
-    ("mxfp8-equal-attn-tp", Release::V0_5_22),
-    ("allocation-policy-mismatch", Release::V0_5_22),
-    ("prefill-complete-peer", Release::V0_5_22),
-    ("prefill-complete-startup", Release::V0_5_22),
-    ("minimax-equal-attn-tp", Release::V0_5_23),
-    ("kv-layout-mismatch", Release::V0_5_23),
-    ("decode-dcp-prefill-sharding", Release::V0_5_23),
-    ("mla-sharding-equal-tp", Release::V0_5_23),
+    ("mxfp8-equal-attn-tp", Release::V0_5_22, Release::V0_5_23),
+    ("allocation-policy-mismatch", Release::V0_5_22, Release::V0_5_23),
+    ("prefill-complete-peer", Release::V0_5_22, Release::V0_5_23),
+    ("prefill-complete-startup", Release::V0_5_22, Release::V0_5_23),
+    ("minimax-equal-attn-tp", Release::V0_5_23, Release::V0_5_23),
+    ("kv-layout-mismatch", Release::V0_5_23, Release::V0_5_23),
+    ("decode-dcp-prefill-sharding", Release::V0_5_23, Release::V0_5_23),
+    ("mla-sharding-equal-tp", Release::V0_5_23, Release::V0_5_23),
 ];
 
 /// Whether SGLang `release` raises the rule `rule` (an id of `validate`'s findings).
 pub fn rule_holds(rule: &str, release: Release) -> bool {
-    RULES_SINCE.iter().find(|(r, _)| *r == rule).is_none_or(|(_, since)| release >= *since)
+    RULE_RELEASES.iter().find(|(r, ..)| *r == rule).is_none_or(|(_, first, last)| (*first..=*last).contains(&release))
 }
 
 /// `major.minor.patch` of a release string.
@@ -313,11 +316,13 @@ mod tests {
     }
 
     #[test]
-    fn rules_hold_from_their_first_release_on() {
+    fn rules_hold_from_their_first_to_their_last_release() {
         assert!(!rule_holds("dcp-with-prefill-cp", Release::V0_5_21));
         assert!(rule_holds("dcp-with-prefill-cp", Release::V0_5_22));
         assert!(!rule_holds("kv-layout-mismatch", Release::V0_5_22));
         assert!(rule_holds("page-size-mismatch", Release::V0_5_21), "an unlisted rule holds everywhere");
+        assert!(rule_holds("sharding-tree-core", Release::V0_5_22));
+        assert!(!rule_holds("sharding-tree-core", Release::V0_5_23), "0.5.23 dropped it");
     }
 
     #[test]

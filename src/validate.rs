@@ -380,6 +380,28 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release,
         ));
     }
     check_deepseek_cp(role, p, facts, out);
+    check_replica_dp(role, rs, facts, release, out);
+    if !p.tp.is_multiple_of(p.dcp) {
+        out.push(Finding::error(
+            "tp-divisible-by-dcp",
+            role.field("parallelism.dcp"),
+            format!("tensor_model_parallel_size ({}) must be divisible by decode_context_parallel_size ({})", p.tp, p.dcp),
+            format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, largest_divisor_at_most(p.tp, p.dcp)),
+        ));
+    }
+    if p.dcp > 1 && facts.is_dsa() {
+        out.push(Finding::error(
+            "dsa-dcp-pd",
+            role.field("parallelism.dcp"),
+            texts::DSA_DCP_PD,
+            format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
+        ));
+    }
+}
+
+/// Replica data parallelism (`dp`) beside attention DP, and across nodes.
+fn check_replica_dp(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release, out: &mut Vec<Finding>) {
+    let p = &rs.parallelism;
     if p.dp > 1 && p.attn_dp > 1 {
         // Before 0.5.22 `--dp-size` is the attention-DP width under `--enable-dp-attention`:
         // the replicas cannot be said at all (ours), where later releases refuse them.
@@ -405,22 +427,6 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release,
             role.field("parallelism.dp"),
             message,
             "use attnDp for attention data parallelism and scale instances with replicas; keep dp: 1",
-        ));
-    }
-    if !p.tp.is_multiple_of(p.dcp) {
-        out.push(Finding::error(
-            "tp-divisible-by-dcp",
-            role.field("parallelism.dcp"),
-            format!("tensor_model_parallel_size ({}) must be divisible by decode_context_parallel_size ({})", p.tp, p.dcp),
-            format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, largest_divisor_at_most(p.tp, p.dcp)),
-        ));
-    }
-    if p.dcp > 1 && facts.is_dsa() {
-        out.push(Finding::error(
-            "dsa-dcp-pd",
-            role.field("parallelism.dcp"),
-            texts::DSA_DCP_PD,
-            format!("set {} dcp: 1; SGLang runs DSA DCP only without PD disaggregation", role.field("parallelism")),
         ));
     }
     // Before 0.5.22 the assert spared attention DP, which DeepSeek's CP layouts turn on.
@@ -587,6 +593,7 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
             "remove enableKvCacheSharding from spec.decode",
         )),
         Role::Prefill => {
+            check_sharding_tree_core(rs, out);
             let mla = facts.pool().is_some_and(PoolKind::is_mla_or_hybrid);
             let sharding_layout = match (facts.pool(), p.attn_cp > 1) {
                 (Some(_), _) if mla && p.attn_cp <= 1 && p.attn_dp > 1 => Some(texts::SHARDING_MLA_ATTN_DP),
@@ -643,6 +650,22 @@ fn check_sharding_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, fa
                 ));
             }
         }
+    }
+}
+
+/// 0.5.22's sharding needs the Python radix tree core unless the radix cache is off
+/// (`SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` defaults to `rust`).
+fn check_sharding_tree_core(rs: &RoleSpec, out: &mut Vec<Finding>) {
+    let core = env_value(rs, "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND").unwrap_or_else(|| "rust".into());
+    if core != "python" && extra_value(Release::V0_5_22, &rs.template.extra_args, "disable_radix_cache").is_none() {
+        out.push(Finding::error(
+            "sharding-tree-core",
+            Role::Prefill.field("enableKvCacheSharding"),
+            format!(
+                "--enable-kv-cache-sharding requires the Python UnifiedTreeCore: SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND='{core}' is not supported for sharded KV."
+            ),
+            "set env SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python on the prefill (or --disable-radix-cache), or run SGLang 0.5.23",
+        ));
     }
 }
 
