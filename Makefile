@@ -27,7 +27,7 @@ e2e-kind:        ## kind cluster from an offline-built node image; chart, webhoo
 bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopback: TTFT/ITL/req/s, KV GB/s
 	hack/bench-serving.sh
 
-parity:          ## validate vs SGLang 0.5.23's own start-up on examples, rule specs and 5,000 generated specs
+parity:          ## validate vs each SGLang release's own start-up (0.5.21-0.5.23): examples, rule specs, 5,000 generated specs each
 	hack/parity.sh
 
 parity-sample:   ## the same on examples, rule specs and a fixed-seed sample (CI)

@@ -45,8 +45,9 @@ OPERATOR_ONLY = {
     # Kubernetes and the rendered objects
     "name-dns-label", "name-too-long", "model-path", "unknown-field", "model-config",
     "gpus-fill-nodes", "extra-args-managed-flag", "env-managed",
-    # a setting the release has no flag for, which its engines would silently not apply
-    "release-option",
+    # a setting the release has no flag for, which its engines would silently not apply, and a
+    # spec.engine.version that names no release
+    "release-option", "engine-version",
     # settings SGLang never compares between the roles
     "paired-flag", "paired-env",
     # the decode's bootstrap handshake (decode side, after both engines started)
