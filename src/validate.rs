@@ -220,6 +220,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
         // What the engines report and map ranks with: the widths SGLang resolves.
         let resolved = crate::resolve::spec(spec, facts);
         check_handshake(&resolved, facts, &mut out);
+        check_sender(&resolved, &mut out);
         // Start-up judges prefill_complete before the DeepSeek CP layouts recompute the widths.
         check_allocation_policy(spec, &mut out);
         check_operator_policy(&resolved, facts, &mut out);
@@ -1056,6 +1057,21 @@ fn check_handshake(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Fi
             "spec.decode.parallelism.tp",
             PERF_WARNING,
             format!("attention TP is {p} on prefill and {d} on decode; equal sizes avoid re-slicing KV heads in transfer"),
+        ));
+    }
+}
+
+/// The prefill sender's check at its first transfer (`requires_dcp_relayout`): the two DCP sizes
+/// must match, or the prefill runs none and the decode's MLA pool is relaid out (a GQA decode
+/// with DCP is the decode's own check #8). Raised in the prefill's transfer thread.
+fn check_sender(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    let (p, d) = (spec.prefill.parallelism.dcp, spec.decode.parallelism.dcp);
+    if p != d && p != 1 {
+        out.push(Finding::error(
+            "prefill-dcp-relayout",
+            "spec.prefill.parallelism.dcp",
+            format!("Unsupported PD DCP topology: {p} -> {d}"),
+            format!("set the prefill's dcp to the decode's ({d}), or to 1 for an MLA model"),
         ));
     }
 }

@@ -989,3 +989,15 @@ fn gang_workload_needs_a_cluster_that_serves_gang_scheduling() {
     assert_eq!(gang_api(&spec, false), None);
     assert!(run(&spec).iter().all(|f| f.rule != "gang-api"), "not a rule of the offline validate");
 }
+
+#[test]
+fn the_prefill_sender_refuses_a_dcp_it_cannot_relay_out() {
+    let mut good = mla();
+    good.decode.parallelism.dcp = 4;
+    let mut bad = good.clone();
+    bad.prefill.parallelism.dcp = 2;
+    case("prefill-dcp-relayout", good.clone(), bad, "spec.prefill.parallelism.dcp", "Unsupported PD DCP topology: 2 -> 4");
+    let mut same = good;
+    same.prefill.parallelism.dcp = 4;
+    assert!(!run(&same).iter().any(|f| f.rule == "prefill-dcp-relayout"), "equal DCP sizes connect matching ranks");
+}

@@ -56,6 +56,8 @@ OPERATOR_ONLY = {
     "decode-dcp-prefill-sharding", "mla-sharding-equal-tp", "decode-cp-one", "decode-pp",
     "attention-kind-unknown", "prefill-complete-peer", "kv-dtype-mismatch", "kv-layout-mismatch",
     "dspark-layout-mismatch", "allocation-policy-mismatch", "handshake-mapping",
+    # the prefill's sender at its first transfer
+    "prefill-dcp-relayout",
     # rank mapping and routing that fail per request
     "attn-tp-divide", "prefill-replica-dp", "staging-buffer-mla",
     # the DeepSeek-V4 pool, built after the weights load (checked below against SGLang's own
