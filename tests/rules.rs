@@ -963,7 +963,7 @@ fn the_engine_release_is_named_or_warned_about() {
 fn extra_args_are_matched_against_the_release_s_option_table() {
     // `--cuda-graph-tc-compiler` is an option of 0.5.21's parser and not of 0.5.23's.
     let mut spec = mla();
-    spec.decode.template.extra_args = vec!["--cuda-graph-tc-compiler".into()];
+    spec.decode.template.extra_args = vec!["--cuda-graph-tc-compiler".into(), "eager".into()];
     let f = run(&on("0.5.23", spec.clone()));
     assert!(has(&f, "extra-args-argparse", Severity::Error, "spec.decode.template.extraArgs[0]", "unrecognized arguments"), "{f:#?}");
     assert!(f.iter().any(|x| x.fix.contains("SGLang 0.5.23's")), "{f:#?}");
