@@ -37,11 +37,11 @@ tools:           ## build the pinned Kubernetes test tooling into the cache
 	hack/tools.sh
 
 build:
-	cargo build --locked --release
+	cargo build --locked --release -p pd-operator -p pd-sim
 
 lint:
-	cargo fmt --check
-	cargo clippy --all-targets --locked -- -D warnings
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings
 
 crd:             ## regenerate crds/ and the chart's copy from the Rust types
 	cargo run --quiet -- crd > crds/pddeployment.yaml

@@ -11,8 +11,8 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use pd_operator::api::{PDDeployment, PDDeploymentSpec};
-use pd_operator::render::{RenderOptions, render};
+use pd_api::{PDDeployment, PDDeploymentSpec};
+use pd_core::render::{RenderOptions, render};
 
 fn spec() -> PDDeploymentSpec {
     serde_json::from_value(serde_json::json!({
@@ -329,7 +329,7 @@ struct Floor {
 async fn floor(client: &Client, n: usize, everything: bool) -> Floor {
     let ns = format!("bench-floor{}-{n}", if everything { "-all" } else { "" });
     namespace(client, &ns).await;
-    let facts = pd_operator::model::resolve(&spec().model, None);
+    let facts = pd_core::model::resolve(&spec().model, None);
     let opts = RenderOptions { default_namespace: ns.clone(), ..RenderOptions::default() };
     let batches: Vec<_> = (0..n)
         .map(|i| {
@@ -385,7 +385,7 @@ fn lws_resource() -> ApiResource {
 /// instances, each group as many pods as an instance, the pod template the rendered pod of
 /// instance 0 (its per-pod labels, hostname and subdomain left to LWS; restartPolicy Always, the
 /// only one a StatefulSet accepts).
-fn lws_object(name: &str, instances: &[&pd_operator::render::InstancePods]) -> DynamicObject {
+fn lws_object(name: &str, instances: &[&pd_core::render::InstancePods]) -> DynamicObject {
     let pods = &instances[0].pods;
     let pod = &pods[0];
     let mut spec = pod.spec.clone().expect("rendered pod spec");
@@ -412,17 +412,17 @@ fn lws_object(name: &str, instances: &[&pd_operator::render::InstancePods]) -> D
 /// (decode ServiceAccount, handshake ConfigMap, Role, RoleBinding, NetworkPolicy) and one LWS per
 /// role. LWS makes its own headless Service per LWS (two per PDDeployment; the controller makes one).
 struct LwsBatch {
-    rendered: pd_operator::render::Rendered,
+    rendered: pd_core::render::Rendered,
     sets: Vec<DynamicObject>,
 }
 
 fn lws_batch(ns: &str, i: usize) -> LwsBatch {
-    let facts = pd_operator::model::resolve(&spec().model, None);
+    let facts = pd_core::model::resolve(&spec().model, None);
     let opts = RenderOptions { default_namespace: ns.to_owned(), ..RenderOptions::default() };
     let mut pdd = PDDeployment::new(&format!("p{i}"), spec());
     pdd.metadata.namespace = Some(ns.to_owned());
     let rendered = render(&pdd, &facts, &opts).unwrap();
-    let sets = [pd_operator::api::Role::Prefill, pd_operator::api::Role::Decode]
+    let sets = [pd_api::Role::Prefill, pd_api::Role::Decode]
         .iter()
         .map(|role| {
             let of_role: Vec<_> = rendered.instances.iter().filter(|x| x.role == *role).collect();
@@ -590,7 +590,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(8 << 20).build().unwrap();
     rt.block_on(async {
         // The operator's own client (HTTP/2): the floors pay no more per request than the controller does.
-        let client = pd_operator::kube_client::connect().await.expect("KUBECONFIG must point at the benchmark cluster");
+        let client = pd_runtime::kube_client::connect().await.expect("KUBECONFIG must point at the benchmark cluster");
         let mut rows = Vec::new();
         for n in sizes {
             rows.push(one_size(&client, &bin, n).await);

@@ -12,8 +12,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build --release --locked --quiet --bin pd-operator
-BIN="$CARGO_TARGET_DIR/release/pd-operator"
+cargo build --release --locked --quiet -p pd-sim
+BIN="$CARGO_TARGET_DIR/release/pd-sim"
 PARTS=${PD_BENCH_PARTS:-latency transfer throughput}
 LEVELS=${PD_BENCH_LEVELS:-1 8 64 256}
 ITL_MS=${PD_BENCH_ITL_MS:-20}
@@ -49,12 +49,12 @@ pair() {
   local cpus=$1 ptp=$2 dtp=$3; shift 3
   PH=$(free_port); BP=$(free_port); DH=$(free_port)
   local common=(--model-path sim-model --host 127.0.0.1 --max-running-requests 1024 "$@")
-  start prefill "$cpus" "$BIN" sim prefill --tp-size "$ptp" --port "$PH" --disaggregation-bootstrap-port "$BP" "${common[@]}"
-  start decode "$cpus" "$BIN" sim decode --tp-size "$dtp" --port "$DH" "${common[@]}"
+  start prefill "$cpus" "$BIN" prefill --tp-size "$ptp" --port "$PH" --disaggregation-bootstrap-port "$BP" "${common[@]}"
+  start decode "$cpus" "$BIN" decode --tp-size "$dtp" --port "$DH" "${common[@]}"
   wait_http "$PH" /health; wait_http "$DH" /health
 }
 
-bench() { "$BIN" sim bench --model sim-model "$@"; }
+bench() { "$BIN" bench --model sim-model "$@"; }
 
 # The timing model's ideal for a closed loop of C clients: one prefill lane (FIFO, p seconds a
 # prompt), first token when the prompt is done, then T-1 tokens ITL apart.
@@ -147,11 +147,11 @@ throughput() {
   echo "| setup | concurrency | requests | failed | req/s | e2e p50 (ms) | e2e p99 (ms) |"
   echo "|---|---|---|---|---|---|---|"
   local port; port=$(free_port)
-  start unified 0 "$BIN" sim engine --disaggregation-mode null --model-path sim-model --host 127.0.0.1 --port "$port" \
+  start unified 0 "$BIN" engine --disaggregation-mode null --model-path sim-model --host 127.0.0.1 --port "$port" \
     --sim-itl-ms 0 --sim-prefill-tokens-per-s 0 --max-running-requests 1024
   wait_http "$port" /health
   for c in 16 64; do
-    local r; r=$(taskset -c 1 "$BIN" sim bench --model sim-model --target "127.0.0.1:$port" --concurrency "$c" --requests 40000 --max-tokens 4)
+    local r; r=$(taskset -c 1 "$BIN" bench --model sim-model --target "127.0.0.1:$port" --concurrency "$c" --requests 40000 --max-tokens 4)
     echo "| unified engine | $c | $(field "$r" requests) | $(field "$r" failed) | $(field "$r" requests_per_s) | $(field "$r" e2e_ms_p50) | $(field "$r" e2e_ms_p99) |"
   done
   stop_all
@@ -161,7 +161,7 @@ throughput() {
     read -r -a kvf <<<"$kv"
     pair 0 1 1 --sim-itl-ms 0 --sim-prefill-tokens-per-s 0 "${kvf[@]}"
     for c in 16 64; do
-      local r; r=$(taskset -c 1 "$BIN" sim bench --model sim-model --target "127.0.0.1:$DH" --prefill "127.0.0.1:$PH" --bootstrap "127.0.0.1:$BP" \
+      local r; r=$(taskset -c 1 "$BIN" bench --model sim-model --target "127.0.0.1:$DH" --prefill "127.0.0.1:$PH" --bootstrap "127.0.0.1:$BP" \
         --concurrency "$c" --requests 20000 --max-tokens 4)
       echo "| prefill + decode (TP1, KV pulled${kv:+, $kv}), both on CPU 0 | $c | $(field "$r" requests) | $(field "$r" failed) | $(field "$r" requests_per_s) | $(field "$r" e2e_ms_p50) | $(field "$r" e2e_ms_p99) |"
     done

@@ -29,7 +29,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # The sim example's prefill stand-in on this host (kwok runs no containers); extra flags inject faults.
 start_sim_prefill() {
   if [ -f "$PD_CLUSTER_DIR/sim-prefill.pid" ]; then kill "$(cat "$PD_CLUSTER_DIR/sim-prefill.pid")" 2>/dev/null || true; sleep 0.5; fi
-  nohup "$PD" sim prefill --tp-size 2 --page-size 64 --host 127.0.0.1 --port "$(free_port)" \
+  nohup "$SIM" prefill --tp-size 2 --page-size 64 --host 127.0.0.1 --port "$(free_port)" \
     --disaggregation-bootstrap-port "$SIM_BOOTSTRAP" "$@" >>"$PD_CLUSTER_DIR/logs/sim-prefill.log" 2>&1 &
   echo $! >"$PD_CLUSTER_DIR/sim-prefill.pid"
 }
@@ -54,9 +54,9 @@ serve_completion() {
   py=$(hack/smg-venv.sh | tail -n 1)
   ph=$(free_port); pb=$(free_port); dh=$(free_port); gw=$(free_port)
   mapfile -t args < <(pod_args sim-dsv3-prefill-0-0)
-  start_bg serve-prefill "$PD" sim engine "${args[@]}" --host 127.0.0.1 --port "$ph" --disaggregation-bootstrap-port "$pb"
+  start_bg serve-prefill "$SIM" engine "${args[@]}" --host 127.0.0.1 --port "$ph" --disaggregation-bootstrap-port "$pb"
   mapfile -t args < <(pod_args sim-dsv3-decode-0-0)
-  start_bg serve-decode "$PD" sim engine "${args[@]}" --host 127.0.0.1 --port "$dh"
+  start_bg serve-decode "$SIM" engine "${args[@]}" --host 127.0.0.1 --port "$dh"
   start_bg smg "$py" -m smg.launch_router --pd-disaggregation --prefill "http://127.0.0.1:$ph" "$pb" \
     --decode "http://127.0.0.1:$dh" --host 127.0.0.1 --port "$gw" --prometheus-port "$(free_port)"
   local body='{"model": "deepseek-ai/DeepSeek-V3", "messages": [{"role": "user", "content": "What does the decode read from the prefill?"}], "max_tokens": 12}'
@@ -85,8 +85,9 @@ case "${1:-up}" in
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac
 
-cargo build --locked --quiet
+cargo build --locked --quiet -p pd-operator -p pd-sim
 PD="${CARGO_TARGET_DIR:-$ROOT/target}/debug/pd-operator"
+SIM="${CARGO_TARGET_DIR:-$ROOT/target}/debug/pd-sim"
 
 say "pd-operator validate: the seed's mistake (Qwen2.5, a GQA model, with decode dcp: 2)"
 "$PD" validate -f examples/qwen-dcp2-mistake.yaml || echo "(exit $?: rejected, as it should be)"

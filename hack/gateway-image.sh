@@ -2,7 +2,7 @@
 # Builds the PD router image (SGLang's model gateway, smg) from hack/image/gateway.Dockerfile with
 # no registry: both bases are Debian bookworm's python3 from debootstrap, assembled locally and
 # cached like hack/image.sh's; smg and its dependencies come from PyPI during the build. The tag is
-# src/api.rs's DEFAULT_ROUTER_IMAGE, so a built tag is the cache: kept until the smg version moves.
+# src/api/lib.rs's DEFAULT_ROUTER_IMAGE, so a built tag is the cache: kept until the smg version moves.
 # Prints the image reference.
 #   hack/gateway-image.sh      (needs a Docker engine: eval "$(hack/docker.sh up)")
 set -euo pipefail

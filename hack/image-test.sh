@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the operator image from ./Dockerfile offline (hack/image.sh) on a Docker engine started
-# here if none runs (hack/docker.sh), then runs it: the binary's version, and the image's sidecar
-# (`handshake run --once`) against the image's prefill stand-in, container to container. Then the
-# router image (hack/gateway-image.sh): smg in PD mode, read-only and non-root as the router pod
-# runs, answers a chat completion from the image's sim prefill and decode.
+# Builds the operator and stand-in images from ./Dockerfile offline (hack/image.sh) on a Docker
+# engine started here if none runs (hack/docker.sh), then runs them: the binary's version, that
+# the operator image holds no stand-in, and the operator image's sidecar (`handshake run --once`)
+# against the stand-in image's prefill, container to container. Then the router image
+# (hack/gateway-image.sh): smg in PD mode, read-only and non-root as the router pod runs, answers
+# a chat completion from the stand-in image's prefill and decode.
 # Fails loudly when Docker cannot start: this step is never skipped.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,9 +22,18 @@ echo "[image-test] built $IMAGE in $(( $(date +%s) - start ))s: $(docker image i
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 got=$(docker run --rm "$IMAGE" --version)
 [ "$got" = "pd-operator $VERSION" ] || { echo "[image-test] FAIL: --version printed '$got'"; exit 1; }
+SIM=$(hack/image.sh --sim)
+got=$(docker run --rm "$SIM" --version)
+[ "$got" = "pd-sim $VERSION" ] || { echo "[image-test] FAIL: the stand-in's --version printed '$got'"; exit 1; }
+echo "[image-test] built $SIM: $(docker image inspect "$SIM" --format '{{.Size}}') bytes, user $(docker image inspect "$SIM" --format '{{.Config.User}}')"
+# The operator image ships the operator only: no stand-in binary, no `sim` subcommand.
+files=$(docker create "$IMAGE"); trap 'docker rm -f "$files" >/dev/null 2>&1; cleanup' EXIT
+if docker export "$files" | tar -t | grep -q 'pd-sim'; then echo "[image-test] FAIL: the operator image contains pd-sim"; exit 1; fi
+if docker run --rm "$IMAGE" sim engine >/dev/null 2>&1; then echo "[image-test] FAIL: the operator image runs 'sim'"; exit 1; fi
+echo "[image-test] passed: the operator image holds no stand-in"
 docker network inspect pd-image-test >/dev/null 2>&1 || docker network create pd-image-test >/dev/null
-docker run -d --name pd-image-test-prefill --network pd-image-test "$IMAGE" \
-  sim prefill --tp-size 4 --page-size 64 --host 0.0.0.0 --port 30000 --disaggregation-bootstrap-port 8998 >/dev/null
+docker run -d --name pd-image-test-prefill --network pd-image-test "$SIM" \
+  prefill --tp-size 4 --page-size 64 --host 0.0.0.0 --port 30000 --disaggregation-bootstrap-port 8998 >/dev/null
 # The stand-in advertises its container IP as rank_ip (SGLANG_HOST_IP is unset): the sidecar must
 # look up and dial every rank across the Docker network.
 decode='{"attn_tp_size": 2, "page_size": 64, "kv_cache_dtype": "auto", "kv_pool": "mla"}'
@@ -37,8 +47,8 @@ esac
 
 GATEWAY=$(hack/gateway-image.sh)
 echo "[image-test] router image $GATEWAY: $(docker image inspect "$GATEWAY" --format '{{.Size}}') bytes, user $(docker image inspect "$GATEWAY" --format '{{.Config.User}}')"
-docker run -d --name pd-image-test-decode --network pd-image-test "$IMAGE" \
-  sim decode --tp-size 2 --page-size 64 --host 0.0.0.0 --port 30000 >/dev/null
+docker run -d --name pd-image-test-decode --network pd-image-test "$SIM" \
+  decode --tp-size 2 --page-size 64 --host 0.0.0.0 --port 30000 >/dev/null
 docker run -d --name pd-image-test-gateway --network pd-image-test --read-only --user 65532:65532 "$GATEWAY" \
   --pd-disaggregation --prefill http://pd-image-test-prefill:30000 8998 --decode http://pd-image-test-decode:30000 \
   --host 0.0.0.0 --port 8000 >/dev/null

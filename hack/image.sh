@@ -3,12 +3,16 @@
 # bookworm from debootstrap plus this machine's Rust toolchain) and the runtime base (glibc,
 # libgcc and CA certificates only, like distroless/cc) are assembled locally, cached by version,
 # and passed as the Dockerfile's BUILDER_IMAGE / RUNTIME_IMAGE. Prints the image reference.
-#   hack/image.sh [TAG]      (needs a Docker engine: eval "$(hack/docker.sh up)")
+#   hack/image.sh [TAG]          the operator (the Dockerfile's last stage)
+#   hack/image.sh --sim [TAG]    the stand-in, pd-sim (stage `sim`; shares the build stage's cache)
+# (needs a Docker engine: eval "$(hack/docker.sh up)")
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-TAG=${1:-pd-operator:$VERSION}
+STAGE=operator NAME=pd-operator
+if [ "${1:-}" = "--sim" ]; then STAGE=sim NAME=pd-sim; shift; fi
+TAG=${1:-$NAME:$VERSION}
 SUITE=bookworm
 RUST_VERSION=$(rustc --version | awk '{print $2}')
 BUILDER=pd-operator-builder:rust-$RUST_VERSION-$SUITE-2
@@ -56,6 +60,6 @@ fi
 
 log "docker build $TAG (BUILDER_IMAGE=$BUILDER RUNTIME_IMAGE=$RUNTIME)"
 # Crates come from crates.io during the build; the host network is what reaches it here.
-DOCKER_BUILDKIT=0 docker build --network host -q --build-arg "BUILDER_IMAGE=$BUILDER" --build-arg "RUNTIME_IMAGE=$RUNTIME" \
+DOCKER_BUILDKIT=0 docker build --network host -q --target "$STAGE" --build-arg "BUILDER_IMAGE=$BUILDER" --build-arg "RUNTIME_IMAGE=$RUNTIME" \
   --build-arg "VERSION=$VERSION" -t "$TAG" . >&2
 echo "$TAG"

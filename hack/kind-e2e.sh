@@ -34,6 +34,8 @@ log "tools ready after $(( $(date +%s) - start ))s"
 
 IMAGE=$(hack/image.sh)
 log "operator image $IMAGE ready after $(( $(date +%s) - start ))s"
+SIM_IMAGE=$(hack/image.sh --sim)
+log "stand-in image $SIM_IMAGE ready after $(( $(date +%s) - start ))s"
 GATEWAY_IMAGE=$(hack/gateway-image.sh)
 log "gateway image $GATEWAY_IMAGE ready after $(( $(date +%s) - start ))s"
 
@@ -60,7 +62,7 @@ t=$(date +%s)
 "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config hack/kind/cluster.yaml \
   --kubeconfig "$KUBECONFIG_FILE" --wait 5m >&2
 log "cluster up in $(( $(date +%s) - t ))s"
-"$KIND" load docker-image "$IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
+"$KIND" load docker-image "$IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
 
 # NetworkPolicy is enforced (kube-router's firewall only; docs/kind.md "NetworkPolicy"), and in
 # place before anything else is installed. PD_KIND_NETPOL_CHECK=1 also proves it (hack/netpol-check.sh).
@@ -94,13 +96,14 @@ done
 kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=5s >/dev/null
 helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
+  --set simImage.repository="${SIM_IMAGE%:*}" --set simImage.tag="${SIM_IMAGE##*:}" \
   --wait --timeout 5m >/dev/null
 
 log "running tests/e2e_kind.rs against the cluster"
 t=$(date +%s)
 set +e
 PD_E2E_KEEP_FAILED=${PD_KIND_KEEP:-} PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
-  PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
+  PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_SIM_IMAGE="$SIM_IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
   cargo test --locked --test e2e_kind -- --ignored --test-threads 4 --nocapture ${PD_KIND_TESTS:-} 2>&1 | tee "$STATE/test.log" >&2
 rc=${PIPESTATUS[0]}
 set -e

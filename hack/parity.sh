@@ -24,7 +24,7 @@ sample=false
 seed=${PARITY_SEED:-15}
 python=$(hack/sglang-oracle-venv.sh | tail -n1)
 target=${CARGO_TARGET_DIR:-target}
-cargo build --quiet --locked --bin pd-operator
+cargo build --quiet --locked -p pd-testing --bin parity-cases
 work="$(realpath -m "$target/parity")"
 rm -rf "$work" && mkdir -p "$work/rules"
 # The rule tests write every spec they validate when PD_PARITY_DUMP names a directory.
@@ -43,7 +43,7 @@ for release in $releases; do
     $sample && n=${PARITY_GENERATED:-120}
   fi
   echo "[parity] SGLang $release: examples, rule specs, $n generated specs" >&2
-  "$python" tests/parity/parity.py --operator "$target/debug/pd-operator" --python "$python" "${args[@]}" \
+  "$python" tests/parity/parity.py --parity-cases "$target/debug/parity-cases" --python "$python" "${args[@]}" \
     --examples examples/*.yaml --rules-dir "$work/rules" --generated "$n" --seed "$seed" \
     --workdir "$work/$release" --jobs "${PARITY_JOBS:-2}" ${PARITY_JSON:+--json "$PARITY_JSON-$release.json"} \
     ${cache:+--oracle-cache "$cache"} || failed+=("$release")

@@ -23,10 +23,11 @@ if [ -z "${PD_E2E_KUBECONFIG:-}" ]; then
   export PD_E2E_KUBECONFIG="$PD_CLUSTER_DIR/kubeconfig"
 fi
 echo "[test] running cargo test against $PD_E2E_KUBECONFIG"
-# Plain `cargo test`: lib, binary and integration tests; benchmarks are run by hack/bench-*.sh.
+# Every crate's unit tests and the integration tests; benchmarks are run by hack/bench-*.sh. Cargo
+# builds only the package-under-test's own binaries for its tests: the suites also run pd-sim.
 LOG=$(mktemp)
 set +e
-cargo test --locked -- --test-threads="${PD_TEST_THREADS:-4}" 2>&1 | tee "$LOG"
+cargo build --locked --workspace --bins && cargo test --locked --workspace --no-fail-fast -- --test-threads="${PD_TEST_THREADS:-4}" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary.

@@ -10,7 +10,7 @@
 //! Runs only through `hack/chaos.sh`, which starts the cluster these tests kill parts of
 //! (`PD_CHAOS_CLUSTER_DIR`); `cargo test` skips this binary (`test = false` in Cargo.toml).
 
-mod common;
+use pd_testing as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

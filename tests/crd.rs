@@ -5,10 +5,7 @@ use serde_json::Value;
 #[test]
 fn committed_crd_matches_generated() {
     let committed = std::fs::read_to_string("crds/pddeployment.yaml").expect("crds/pddeployment.yaml");
-    assert!(
-        committed == pd_operator::api::crd_yaml().unwrap(),
-        "crds/pddeployment.yaml is stale: run `cargo run -- crd > crds/pddeployment.yaml`"
-    );
+    assert!(committed == pd_api::crd_yaml().unwrap(), "crds/pddeployment.yaml is stale: run `cargo run -- crd > crds/pddeployment.yaml`");
 }
 
 #[test]
@@ -57,7 +54,7 @@ fn check_structural(node: &Value, at: &str, problems: &mut Vec<String>) {
 
 #[test]
 fn schema_is_structural_and_small_enough_for_client_side_apply() {
-    let crd = pd_operator::api::crd().unwrap();
+    let crd = pd_api::crd().unwrap();
     let schema = serde_json::to_value(crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap();
     let mut problems = Vec::new();
     check_structural(&schema, "openAPIV3Schema", &mut problems);

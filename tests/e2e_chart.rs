@@ -1,7 +1,7 @@
 //! The Helm chart: lint, template, schema, install/uninstall, and the operator running under
 //! the chart's least-privilege RBAC with the chart's webhook registration routed to it by URL.
 
-mod common;
+use pd_testing as common;
 
 use std::time::Duration;
 

@@ -1,12 +1,12 @@
 //! The control plane itself and our CRD on it: storage, CEL, garbage collection, GPU scheduling.
 
-mod common;
+use pd_testing as common;
 
 use std::time::Duration;
 
 use common::{TestNamespace, cluster, repo_path, text, wait_for};
 use kube::Api;
-use pd_operator::api::PDDeployment;
+use pd_api::PDDeployment;
 
 #[test]
 fn crd_applies_server_side_and_is_established() {
@@ -27,7 +27,7 @@ fn crd_applies_server_side_and_is_established() {
 /// client speaks HTTP/1.1 and holds a TLS connection per request in flight.
 #[tokio::test]
 async fn the_operator_client_speaks_http2_with_many_requests_in_flight() {
-    let client = pd_operator::kube_client::from_config(cluster().config().await).expect("client");
+    let client = pd_runtime::kube_client::from_config(cluster().config().await).expect("client");
     let version = http::Request::get("/version").body(kube::client::Body::empty()).unwrap();
     let answer = client.send(version).await.expect("GET /version");
     assert_eq!(answer.version(), http::Version::HTTP_2, "negotiated protocol");

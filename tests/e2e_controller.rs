@@ -1,6 +1,6 @@
 //! The controller against a real control plane, as a host process per test.
 
-mod common;
+use pd_testing as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

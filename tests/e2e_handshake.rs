@@ -2,7 +2,7 @@
 //! the sidecar's readiness gate; the sidecar runs as a host process (kwok plays the containers)
 //! under the decode pod's own ServiceAccount token, against a stand-in prefill.
 
-mod common;
+use pd_testing as common;
 
 use std::time::Duration;
 
@@ -21,10 +21,10 @@ fn sim_pdd(name: &str) -> String {
 fn start_prefill(bootstrap: u16, extra: &[&str]) -> Background {
     let b = bootstrap.to_string();
     let http = free_port().to_string();
-    let mut args = vec!["sim", "prefill", "--tp-size", "4", "--page-size", "64", "--host", "127.0.0.1"];
+    let mut args = vec!["prefill", "--tp-size", "4", "--page-size", "64", "--host", "127.0.0.1"];
     args.extend(["--disaggregation-bootstrap-port", &b, "--port", &http]);
     args.extend(extra);
-    let p = Background::operator("e2e-prefill", &args);
+    let p = Background::sim("e2e-prefill", &args);
     p.wait_port(bootstrap);
     p
 }

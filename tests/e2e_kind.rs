@@ -3,7 +3,7 @@
 //! the chart, and sets `PD_E2E_KUBECONFIG` and `PD_KIND_OPERATOR_NAMESPACE`. Ignored under
 //! `make test`, whose kwok nodes run no containers.
 
-mod common;
+use pd_testing as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -187,7 +187,7 @@ fn a_page_size_mismatch_keeps_decode_pods_out_of_service_with_sglangs_message() 
         (w.0 == 1).then_some(()).ok_or_else(|| format!("{w:?}"))
     });
     assert_eq!(client.workers(&router), Ok((1, 0)), "a decode that failed its handshake is routed");
-    let url = format!("http://{router}:{}/v1/chat/completions", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let url = format!("http://{router}:{}/v1/chat/completions", pd_api::DEFAULT_ROUTER_PORT);
     let (status, body) = client.post(&url, &chat_body(2, false));
     assert_ne!(status, 200, "answered without a decode: {body}");
     eprintln!("through the router with no Ready decode: {status} {body}");
@@ -204,7 +204,7 @@ fn traffic_pdd(name: &str) -> String {
 }
 
 fn gateway_image() -> String {
-    std::env::var("PD_KIND_GATEWAY_IMAGE").unwrap_or_else(|_| pd_operator::api::DEFAULT_ROUTER_IMAGE.to_owned())
+    std::env::var("PD_KIND_GATEWAY_IMAGE").unwrap_or_else(|_| pd_api::DEFAULT_ROUTER_IMAGE.to_owned())
 }
 
 /// One request from inside the cluster (the client pod runs the gateway image, which has Python):
@@ -240,7 +240,7 @@ impl<'a> Client<'a> {
 
     /// The router's worker list (`GET /workers`): how many prefill and decode workers it routes to.
     fn workers(&self, router: &str) -> Result<(u64, u64), String> {
-        let url = format!("http://{router}:{}/workers", pd_operator::api::DEFAULT_ROUTER_PORT);
+        let url = format!("http://{router}:{}/workers", pd_api::DEFAULT_ROUTER_PORT);
         let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, &url]);
         let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
         let w: Value = serde_json::from_str(v["body"].as_str().unwrap_or_default()).map_err(|e| format!("{e}: {v}"))?;
@@ -253,7 +253,7 @@ fn chat_body(max_tokens: u64, stream: bool) -> Value {
     json!({"model": TRAFFIC_MODEL, "messages": [{"role": "user", "content": "What is prefill/decode disaggregation?"}], "max_tokens": max_tokens, "stream": stream})
 }
 
-/// `pd-operator sim bench` in a pod of its own against `target`: its one-line JSON summary.
+/// `pd-sim bench` in a pod of its own against `target`: its one-line JSON summary.
 fn bench(ns: &TestNamespace, pod: &str, target: &str, requests: u32, concurrency: u32) -> Value {
     bench_with(ns, pod, target, &["--requests", &requests.to_string(), "--concurrency", &concurrency.to_string()])
 }
@@ -265,10 +265,10 @@ fn bench_for(ns: &TestNamespace, pod: &str, target: &str, seconds: u32, concurre
 }
 
 fn bench_with(ns: &TestNamespace, pod: &str, target: &str, flags: &[&str]) -> Value {
-    let image = std::env::var("PD_KIND_OPERATOR_IMAGE").expect("PD_KIND_OPERATOR_IMAGE");
+    let image = std::env::var("PD_KIND_SIM_IMAGE").expect("PD_KIND_SIM_IMAGE");
     let args =
         ["run", pod, "-n", &ns.name, "--image", &image, "--image-pull-policy", "IfNotPresent", "--restart", "Never", "--command", "--"];
-    let cmd = ["pd-operator", "sim", "bench", "--target", target, "--model", TRAFFIC_MODEL, "--max-tokens", "8"];
+    let cmd = ["pd-sim", "bench", "--target", target, "--model", TRAFFIC_MODEL, "--max-tokens", "8"];
     let o = cluster().kubectl(&[&args[..], &cmd[..], flags].concat());
     assert!(o.status.success(), "{}", text(&o));
     // Long enough for a `bench_for` of up to 300 s, and for its pod to start.
@@ -354,7 +354,7 @@ fn scale_decode_without_a_router_restart(ns: &TestNamespace, client: &Client, na
 fn router_retries(ns: &str) -> f64 {
     let router = pods(ns, "pd.inference.dev/role=router");
     let pod = router[0]["metadata"]["name"].as_str().unwrap();
-    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:{}/proxy/metrics", pd_operator::render::ROUTER_METRICS_PORT);
+    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:{}/proxy/metrics", pd_core::render::ROUTER_METRICS_PORT);
     let o = cluster().kubectl(&["get", "--raw", &path]);
     assert!(o.status.success(), "router metrics: {}", text(&o));
     String::from_utf8_lossy(&o.stdout)
@@ -396,7 +396,7 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
     assert!(o.status.success(), "{}", text(&o));
     let rank_map = wait_traffic_ready(&ns, name, 2);
     let client = Client::start(&ns);
-    let url = format!("http://{name}-router:{}/v1/chat/completions", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let url = format!("http://{name}-router:{}/v1/chat/completions", pd_api::DEFAULT_ROUTER_PORT);
     // smg finds the Ready leaders by discovery; the first answer may take a reconcile pass.
     let whole: Value = wait_for(WAIT, "a chat completion through the router Service", || {
         let (status, body) = client.post(&url, &chat_body(4, false));
@@ -410,7 +410,7 @@ fn requests_flow_through_the_smg_router_and_kv_moves_along_the_rank_map() {
     assert_eq!(sse_deltas(&body), 5, "{body}");
     assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
 
-    let target = format!("{name}-router:{}", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let target = format!("{name}-router:{}", pd_api::DEFAULT_ROUTER_PORT);
     let report = bench(&ns, "load", &target, 200, 200);
     assert_eq!((report["requests"].as_u64(), report["failed"].as_u64()), (Some(200), Some(0)), "{report}");
     let served = transfers_follow_the_rank_map(&ns.name, name, &rank_map);
@@ -631,7 +631,7 @@ impl SetsSeen {
 fn rollout_ready(ns: &TestNamespace, name: &str) -> (String, String) {
     assert!(ns.apply(&rollout_pdd(name, 64, "5")).status.success());
     wait_traffic_ready(ns, name, 2);
-    let target = format!("{name}-router:{}", pd_operator::api::DEFAULT_ROUTER_PORT);
+    let target = format!("{name}-router:{}", pd_api::DEFAULT_ROUTER_PORT);
     (target, format!("pd.inference.dev/deployment={name},pd.inference.dev/role in (prefill,decode)"))
 }
 

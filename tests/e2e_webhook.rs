@@ -1,6 +1,6 @@
 //! The admission webhook through the real apiserver, registered by URL to the host process.
 
-mod common;
+use pd_testing as common;
 
 use std::time::Duration;
 
@@ -110,12 +110,12 @@ fn serves_gang_api() -> bool {
 /// (`--workload-api=off`); asking the cluster, as by default, the same spec is admitted.
 fn gang_workload_is_denied_at_admission_where_the_gang_api_is_not_served() {
     let ns = TestNamespace::new("wh-gang");
-    let spec: pd_operator::api::PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+    let spec: pd_api::PDDeploymentSpec = serde_json::from_value(serde_json::json!({
         "model": {"path": "Qwen/Qwen3-8B"}, "kvTransfer": {"pageSize": 64},
         "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}}, "placement": {"gang": "workload"},
     }))
     .unwrap();
-    let rule = pd_operator::validate::gang_api(&spec, false).expect("the rule refuses gang: workload without the API").to_string();
+    let rule = pd_core::validate::gang_api(&spec, false).expect("the rule refuses gang: workload without the API").to_string();
     assert!(rule.starts_with("spec.placement.gang: workload, but this cluster does not serve Kubernetes' gang scheduling API"));
     {
         let (_reg, _ctl, _) = start_with(&ns, &["--workload-api=off"]);

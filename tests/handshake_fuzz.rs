@@ -5,11 +5,11 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use pd_operator::handshake::core::DecodeTopology;
-use pd_operator::handshake::probe::{self, Verdict};
-use pd_operator::sim::SimError;
-use pd_operator::sim::bootstrap::Registry;
-use pd_operator::sim::flags::EngineFlags;
+use pd_core::handshake::core::DecodeTopology;
+use pd_runtime::probe::{self, Verdict};
+use pd_sim::SimError;
+use pd_sim::bootstrap::Registry;
+use pd_sim::flags::EngineFlags;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -31,7 +31,7 @@ fn json_value() -> impl Strategy<Value = Value> {
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
             prop::collection::btree_map(
                 prop_oneof![
-                    3 => prop::sample::select(pd_operator::handshake::core::TOPOLOGY_KEYS.to_vec()).prop_map(str::to_owned),
+                    3 => prop::sample::select(pd_core::handshake::core::TOPOLOGY_KEYS.to_vec()).prop_map(str::to_owned),
                     1 => "[a-z_]{1,10}",
                 ],
                 inner,

@@ -1,6 +1,6 @@
 //! Every worked example of the spec (§3.5), run through the pure handshake core.
 
-use pd_operator::handshake::core::{DecodeTopology, PrefillInfo, handshake};
+use pd_core::handshake::core::{DecodeTopology, PrefillInfo, handshake};
 use serde_json::{Value, json};
 
 /// A prefill topology body as a 0.5.23 bootstrap server writes it.

@@ -1,14 +1,14 @@
 //! Interop with the real SGLang 0.5.23 bootstrap server, loaded from the pinned wheel (installed
 //! without dependencies by hack/sglang-venv.sh; no SGLang code lives in this repository).
 
-mod common;
+use pd_testing as common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{Background, free_port, operator, repo_path};
-use pd_operator::http_client;
+use pd_runtime::http_client;
 use serde_json::{Value, json};
 
 fn sglang_python() -> PathBuf {
@@ -35,11 +35,11 @@ fn sglang_server() -> (Background, u16) {
 /// Our stand-in prefill; `extra` adds flags.
 fn sim_prefill(extra: &[&str]) -> (Background, u16) {
     let (bootstrap, http) = (free_port(), free_port());
-    let mut args = vec!["sim", "prefill", "--host", "127.0.0.1"];
+    let mut args = vec!["prefill", "--host", "127.0.0.1"];
     let (b, h) = (bootstrap.to_string(), http.to_string());
     args.extend(["--disaggregation-bootstrap-port", &b, "--port", &h]);
     args.extend(extra);
-    let p = Background::operator("sim-prefill", &args);
+    let p = Background::sim("sim-prefill", &args);
     p.wait_port(bootstrap);
     (p, bootstrap)
 }
@@ -48,10 +48,10 @@ fn sim_prefill(extra: &[&str]) -> (Background, u16) {
 /// bootstrap server on `port`, as the non-leader nodes of a multi-node prefill do.
 fn registrar(port: u16, topology: &[&str]) -> Background {
     let (p, http) = (port.to_string(), free_port().to_string());
-    let mut args = vec!["sim", "prefill", "--sim-bootstrap-server", "false", "--dist-init-addr", "127.0.0.1:5000"];
+    let mut args = vec!["prefill", "--sim-bootstrap-server", "false", "--dist-init-addr", "127.0.0.1:5000"];
     args.extend(["--disaggregation-bootstrap-port", &p, "--port", &http]);
     args.extend(topology);
-    Background::operator("sim-registrar", &args)
+    Background::sim("sim-registrar", &args)
 }
 
 fn decode_file(json: Value) -> tempfile::NamedTempFile {

@@ -1,11 +1,11 @@
 //! Property tests: `validate` never panics, and whatever it accepts renders.
 
-use pd_operator::api::{
+use pd_api::{
     AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeployment, PDDeploymentSpec, Parallelism, Role, RoleSpec, TransferBackend,
 };
-use pd_operator::model;
-use pd_operator::render::{RenderOptions, render};
-use pd_operator::validate::{is_valid, validate};
+use pd_core::model;
+use pd_core::render::{RenderOptions, render};
+use pd_core::validate::{is_valid, validate};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
@@ -91,10 +91,10 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         prop_assert!(rendered.to_yaml().is_ok());
         // Host names fit a DNS label in every KV set a rollout names, the last one included.
         let opts = RenderOptions::default();
-        let last = pd_operator::render::NAMED_KV_SETS;
-        let sets = pd_operator::render::KvSets { target: last, routed: last };
-        let intent = pd_operator::render::Intent::new(&spec, &facts, &opts).unwrap();
-        let surged = pd_operator::render::render_sets(&pdd, &facts, &intent, &opts, sets);
+        let last = pd_core::render::NAMED_KV_SETS;
+        let sets = pd_core::render::KvSets { target: last, routed: last };
+        let intent = pd_core::render::Intent::new(&spec, &facts, &opts).unwrap();
+        let surged = pd_core::render::render_sets(&pdd, &facts, &intent, &opts, sets);
         for pod in rendered.pods().chain(surged.as_ref().unwrap().pods()) {
             prop_assert!(pod.spec.as_ref().unwrap().hostname.as_ref().unwrap().len() <= 63);
         }
@@ -103,7 +103,7 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         // offline `validate` does not check.
         if spec.kv_transfer.page_size != Some(0) {
             let (prefill, decode) = (intent.contract(Role::Prefill), intent.contract(Role::Decode));
-            let read = pd_operator::controller::sets::SpecContracts::read(prefill, decode);
+            let read = pd_core::sets::SpecContracts::read(prefill, decode);
             prop_assert!(read.is_ok(), "{:?}", read);
         }
     }

@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use pd_operator::api::PDDeployment;
-use pd_operator::manifest;
-use pd_operator::model;
-use pd_operator::render::{self, RenderOptions, Rendered};
+use pd_api::PDDeployment;
+use pd_core::manifest;
+use pd_core::model;
+use pd_core::render::{self, RenderOptions, Rendered};
 
 fn rendered(example: &str) -> Rendered {
     let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
@@ -14,7 +14,12 @@ fn rendered(example: &str) -> Rendered {
     render::render(
         pdd,
         &facts,
-        &RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ml".into(), workload_api: false },
+        &RenderOptions {
+            operator_image: "pd-operator:test".into(),
+            sim_image: "pd-sim:test".into(),
+            default_namespace: "ml".into(),
+            workload_api: false,
+        },
     )
     .unwrap()
 }
@@ -101,8 +106,8 @@ fn one_headless_service_selects_every_engine_pod_and_not_the_router() {
 fn sim_engine_runs_the_same_flags_under_another_program() {
     let r = rendered("sim-demo.yaml");
     let c = &r.pods().next().unwrap().spec.as_ref().unwrap().containers[0];
-    assert_eq!(c.command.as_deref().unwrap(), ["pd-operator", "sim", "engine"]);
-    assert_eq!(c.image.as_deref(), Some("pd-operator:test"));
+    assert_eq!(c.command.as_deref().unwrap(), ["pd-sim", "engine"]);
+    assert_eq!(c.image.as_deref(), Some("pd-sim:test"));
     assert!(c.args.as_ref().unwrap().windows(2).any(|w| w == ["--disaggregation-mode", "prefill"]));
 }
 
@@ -111,22 +116,13 @@ fn a_spec_change_changes_only_that_roles_revision() {
     let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
     let mut spec = loaded.deployments[0].object.spec.clone();
     let opts = RenderOptions::default();
-    let before = (
-        render::role_revision(&spec, pd_operator::api::Role::Prefill, &opts),
-        render::role_revision(&spec, pd_operator::api::Role::Decode, &opts),
-    );
+    let before = (render::role_revision(&spec, pd_api::Role::Prefill, &opts), render::role_revision(&spec, pd_api::Role::Decode, &opts));
     spec.decode.replicas = 7;
     spec.prefill.replicas = 3;
-    let scaled = (
-        render::role_revision(&spec, pd_operator::api::Role::Prefill, &opts),
-        render::role_revision(&spec, pd_operator::api::Role::Decode, &opts),
-    );
+    let scaled = (render::role_revision(&spec, pd_api::Role::Prefill, &opts), render::role_revision(&spec, pd_api::Role::Decode, &opts));
     assert_eq!(before, scaled, "scaling must not roll pods");
     spec.decode.template.extra_args = vec!["--mem-fraction-static".into(), "0.8".into()];
-    let changed = (
-        render::role_revision(&spec, pd_operator::api::Role::Prefill, &opts),
-        render::role_revision(&spec, pd_operator::api::Role::Decode, &opts),
-    );
+    let changed = (render::role_revision(&spec, pd_api::Role::Prefill, &opts), render::role_revision(&spec, pd_api::Role::Decode, &opts));
     assert_eq!(changed.0, before.0);
     assert_ne!(changed.1, before.1);
 }
@@ -142,7 +138,7 @@ fn the_router_is_smg_for_both_engines_with_its_own_read_only_pod_access() {
         let pod = router_pod(&r);
         let c = &pod.containers[0];
         assert_eq!(c.command.as_deref().unwrap(), ["python3", "-m", "smg.launch_router"], "{example}");
-        assert_eq!(c.image.as_deref(), Some(pd_operator::api::DEFAULT_ROUTER_IMAGE), "{example}");
+        assert_eq!(c.image.as_deref(), Some(pd_api::DEFAULT_ROUTER_IMAGE), "{example}");
         let account = format!("{name}-router");
         assert_eq!(pod.service_account_name.as_deref(), Some(account.as_str()));
         assert!(r.service_accounts.iter().any(|a| a.metadata.name.as_deref() == Some(account.as_str())));
@@ -188,8 +184,8 @@ fn scaling_leaves_the_router_untouched() {
 /// `--disaggregation-decode-allocation-policy`).
 #[test]
 fn every_example_renders_argv_each_release_parses() {
-    use pd_operator::release::Release;
-    use pd_operator::sglang_args::{OptionMatch, match_option};
+    use pd_core::release::Release;
+    use pd_core::sglang_args::{OptionMatch, match_option};
     let mut checked = 0;
     for entry in std::fs::read_dir("examples").unwrap() {
         let path = entry.unwrap().path();
@@ -198,7 +194,12 @@ fn every_example_renders_argv_each_release_parses() {
             for release in Release::SUPPORTED {
                 let mut pdd = d.object.clone();
                 pdd.spec.engine.version = Some(release.as_str().into());
-                let opts = RenderOptions { operator_image: "pd-operator:test".into(), default_namespace: "ml".into(), workload_api: false };
+                let opts = RenderOptions {
+                    operator_image: "pd-operator:test".into(),
+                    sim_image: "pd-sim:test".into(),
+                    default_namespace: "ml".into(),
+                    workload_api: false,
+                };
                 let Ok(r) = render::render(&pdd, &model::resolve(&pdd.spec.model, None), &opts) else { continue };
                 for pod in r.pods() {
                     for arg in pod.spec.as_ref().unwrap().containers[0].args.iter().flatten() {
@@ -224,7 +225,7 @@ fn attention_dp_is_spelled_as_each_release_reads_it() {
         let mut pdd = loaded.deployments[0].object.clone();
         pdd.spec.engine.version = Some(version.into());
         pdd.spec.decode.parallelism.attn_dp = 2;
-        render::engine_args(&pdd.spec, pd_operator::api::Role::Decode, "dsv3", "ml", 0, 0, 0).join(" ")
+        render::engine_args(&pdd.spec, pd_api::Role::Decode, "dsv3", "ml", 0, 0, 0).join(" ")
     };
     let (old, new) = (argv("0.5.21"), argv("0.5.22"));
     assert!(old.contains("--dp-size 2 --enable-dp-attention") && !old.contains("--attn-dp-size"), "{old}");

@@ -1,9 +1,9 @@
 //! Table-driven: for every rule, one spec it accepts and one it rejects, checking the message.
 
 use k8s_openapi::api::core::v1::EnvVar;
-use pd_operator::api::{AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeploymentSpec, TransferBackend};
-use pd_operator::model::HfConfig;
-use pd_operator::validate::{Finding, Severity, validate};
+use pd_api::{AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeploymentSpec, TransferBackend};
+use pd_core::model::HfConfig;
+use pd_core::validate::{Finding, Severity, validate};
 
 fn base(model: &str) -> PDDeploymentSpec {
     serde_json::from_value(serde_json::json!({
@@ -34,7 +34,7 @@ fn run(spec: &PDDeploymentSpec) -> Vec<Finding> {
 fn dump_for_parity(spec: &PDDeploymentSpec) {
     use std::hash::{Hash, Hasher};
     let Some(dir) = std::env::var_os("PD_PARITY_DUMP") else { return };
-    if spec.engine.engine_type == pd_operator::api::EngineType::Sim {
+    if spec.engine.engine_type == pd_api::EngineType::Sim {
         return;
     }
     let doc = serde_json::json!({
@@ -336,7 +336,7 @@ fn fake_backend_is_refused_on_prefill() {
 
 #[test]
 fn an_unset_page_size_is_refused_only_when_no_single_value_works() {
-    use pd_operator::api::Accelerator;
+    use pd_api::Accelerator;
     // Unset on DeepSeek-V3: trtllm_mla on B200 resolves 64, fa3 on Hopper 1; 64 is kept by
     // both on every profile, so the operator passes it.
     let mut good = mla();
@@ -393,7 +393,7 @@ fn prefill_complete_needs_attention_tp_one() {
 
 #[test]
 fn gpu_dependent_refusals_follow_the_accelerator() {
-    use pd_operator::api::Accelerator;
+    use pd_api::Accelerator;
     // MXFP8 KV needs SM100+: an error on Hopper, a warning when the GPU is not named.
     let mut bad = gqa();
     bad.kv_transfer.kv_cache_dtype = KvCacheDtype::Mxfp8;
@@ -546,9 +546,9 @@ fn start_up_refusals_the_parity_tier_found() {
     hopper.prefill.enable_kv_cache_sharding = true;
     hopper.prefill.parallelism.attn_cp = 2;
     hopper.prefill.parallelism.cp_strategy = Some(CpStrategy::Zigzag);
-    hopper.prefill.accelerator = Some(pd_operator::api::Accelerator::H200);
+    hopper.prefill.accelerator = Some(pd_api::Accelerator::H200);
     let mut blackwell = hopper.clone();
-    blackwell.prefill.accelerator = Some(pd_operator::api::Accelerator::B200);
+    blackwell.prefill.accelerator = Some(pd_api::Accelerator::B200);
     case(
         "accelerator-startup",
         hopper,
@@ -594,7 +594,7 @@ fn extra_args_are_read_as_sglang_argparse_reads_them() {
 fn the_stand_in_s_own_options_pass_only_for_the_sim_engine() {
     // `engine: sim` runs pd-operator's stand-in, whose fault-injection options SGLang does not have.
     let mut good = mla();
-    good.engine.engine_type = pd_operator::api::EngineType::Sim;
+    good.engine.engine_type = pd_api::EngineType::Sim;
     good.prefill.template.extra_args = vec!["--sim-page-size".into(), "32".into()];
     let mut bad = mla();
     bad.prefill.template.extra_args = good.prefill.template.extra_args.clone();
@@ -794,7 +794,7 @@ fn pipeline_parallel_speculative_decoding_runs_only_on_the_prefill() {
 
 #[test]
 fn joint_refusals_carry_the_check_sglang_runs_first() {
-    use pd_operator::api::Accelerator::{B200, H100};
+    use pd_api::Accelerator::{B200, H100};
     // TRTLLM MLA on Hopper is refused before an mxfp8 KV cache is.
     let mut good = mla();
     good.prefill.template.extra_args = vec!["--attention-backend".into(), "trtllm_mla".into()];
@@ -864,7 +864,7 @@ fn joint_refusals_carry_the_check_sglang_runs_first() {
 
 #[test]
 fn dsa_shards_and_splits_context_only_as_sglang_allows() {
-    use pd_operator::api::Accelerator::{B200, H100};
+    use pd_api::Accelerator::{B200, H100};
     let dsa = base("deepseek-ai/DeepSeek-V3.2-Exp");
     // DSA runs context parallelism on the prefill only.
     let mut good = dsa.clone();
@@ -956,7 +956,7 @@ fn the_engine_release_is_named_or_warned_about() {
     latest.engine.image = Some("lmsysorg/sglang:latest".into());
     let f = run(&latest);
     assert!(has(&f, "engine-release-assumed", Severity::Warning, "spec.engine.version", "judged with SGLang 0.5.23's rules"), "{f:#?}");
-    assert!(pd_operator::validate::is_valid(&f), "a warning only: {f:#?}");
+    assert!(pd_core::validate::is_valid(&f), "a warning only: {f:#?}");
 }
 
 #[test]
@@ -973,8 +973,8 @@ fn extra_args_are_matched_against_the_release_s_option_table() {
 /// The rule only the cluster decides, applied by the webhook and the controller alike.
 #[test]
 fn gang_workload_needs_a_cluster_that_serves_gang_scheduling() {
-    use pd_operator::api::GangMode;
-    use pd_operator::validate::gang_api;
+    use pd_api::GangMode;
+    use pd_core::validate::gang_api;
     let mut spec = mla();
     assert_eq!(gang_api(&spec, false), None, "gang: auto falls back to no gang");
     spec.placement.gang = GangMode::Workload;

@@ -3,14 +3,14 @@
 //! gateway stamps bootstrap host, port and room; the decode resolves the prefill, each decode rank
 //! pulls its KV share from the prefill ranks the rank map names, then streams tokens.
 
-mod common;
+use pd_testing as common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Background, free_port, repo_path};
-use pd_operator::http_client;
+use pd_runtime::http_client;
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -49,16 +49,16 @@ fn start_pair_with(tp: (&str, &str), both: &[&str], prefill_extra: &[&str], env:
     let (prefill_http, bootstrap, decode_http) = (free_port(), free_port(), free_port());
     let (ph, b, dh) = (prefill_http.to_string(), bootstrap.to_string(), decode_http.to_string());
     let common = ["--model-path", "sim-model", "--host", "127.0.0.1", "--sim-itl-ms", "2", "--sim-prefill-tokens-per-s", "200000"];
-    let mut pargs = vec!["sim", "prefill", "--tp-size", tp.0, "--port", &ph, "--disaggregation-bootstrap-port", &b];
+    let mut pargs = vec!["prefill", "--tp-size", tp.0, "--port", &ph, "--disaggregation-bootstrap-port", &b];
     pargs.extend(common);
     pargs.extend(both);
     pargs.extend(prefill_extra);
-    let mut dargs = vec!["sim", "decode", "--tp-size", tp.1, "--port", &dh];
+    let mut dargs = vec!["decode", "--tp-size", tp.1, "--port", &dh];
     dargs.extend(common);
     dargs.extend(both);
     let spawn = |name: &str, args: &[&str]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pd-operator"));
-        cmd.args(args).env("PD_LOG_LEVEL", "info,pd_operator=debug").envs(env.iter().copied());
+        let mut cmd = Command::new(common::bin("pd-sim"));
+        cmd.args(args).env("PD_LOG_LEVEL", "info,pd_sim=debug").envs(env.iter().copied());
         Background::spawn(name, &mut cmd)
     };
     let (prefill, decode) = (spawn("serve-prefill", &pargs), spawn("serve-decode", &dargs));
@@ -246,11 +246,11 @@ async fn an_mla_decode_reads_one_real_prefill_rank_and_registers_with_the_dummie
 #[test]
 fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
     let py = smg_python();
-    let pdd: pd_operator::api::PDDeployment = serde_norway::from_str(
+    let pdd: pd_api::PDDeployment = serde_norway::from_str(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: dsv3, namespace: ml}\nspec:\n  model: {path: deepseek-ai/DeepSeek-V3}\n  kvTransfer: {pageSize: 64}\n  prefill: {parallelism: {tp: 8}}\n  decode: {parallelism: {tp: 8}}\n  router: {policy: round_robin}\n",
     )
     .expect("a PDDeployment");
-    let args = pd_operator::render::router_args(&pdd.spec, "dsv3", "ml", 2);
+    let args = pd_core::render::router_args(&pdd.spec, "dsv3", "ml", 2);
     let script = "import json, sys\nfrom smg.launch_router import parse_router_args\na = parse_router_args(sys.argv[1:])\nprint(json.dumps({k: getattr(a, k) for k in ['pd_disaggregation', 'service_discovery_namespace', 'service_discovery_port', 'prefill_selector', 'decode_selector', 'bootstrap_port_annotation', 'port', 'policy', 'prefill_urls', 'decode_urls', 'prometheus_host', 'prometheus_port']} | {'provider': a.selected_discovery_provider()}))";
     let o = Command::new(&py).arg("-c").arg(script).args(&args).output().expect("run smg's parser");
     assert!(o.status.success(), "smg refused {args:?}: {}", String::from_utf8_lossy(&o.stderr));
@@ -260,10 +260,10 @@ fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
         got,
         json!({
             "pd_disaggregation": true, "provider": "kubernetes", "service_discovery_namespace": "ml",
-            "service_discovery_port": pd_operator::api::DEFAULT_HTTP_PORT, "prefill_selector": selector("prefill"),
-            "decode_selector": selector("decode"), "bootstrap_port_annotation": pd_operator::render::BOOTSTRAP_PORT_ANNOTATION,
-            "port": pd_operator::api::DEFAULT_ROUTER_PORT, "policy": "round_robin", "prefill_urls": [], "decode_urls": [],
-            "prometheus_host": "0.0.0.0", "prometheus_port": pd_operator::render::ROUTER_METRICS_PORT,
+            "service_discovery_port": pd_api::DEFAULT_HTTP_PORT, "prefill_selector": selector("prefill"),
+            "decode_selector": selector("decode"), "bootstrap_port_annotation": pd_core::render::BOOTSTRAP_PORT_ANNOTATION,
+            "port": pd_api::DEFAULT_ROUTER_PORT, "policy": "round_robin", "prefill_urls": [], "decode_urls": [],
+            "prometheus_host": "0.0.0.0", "prometheus_port": pd_core::render::ROUTER_METRICS_PORT,
         })
     );
 }

@@ -7,12 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
-use pd_operator::api::{PDDeploymentSpec, Role};
-use pd_operator::handshake::core::DecodeTopology;
-use pd_operator::handshake::probe;
-use pd_operator::model::{self, HfConfig, ModelFacts};
-use pd_operator::sim::{bootstrap::Registry, flags};
-use pd_operator::{manifest, render, resolve};
+use pd_api::{PDDeploymentSpec, Role};
+use pd_core::handshake::core::DecodeTopology;
+use pd_core::model::{self, HfConfig, ModelFacts};
+use pd_core::{manifest, render, resolve};
+use pd_runtime::probe;
+use pd_sim::{bootstrap::Registry, flags};
 
 struct Example {
     file: PathBuf,

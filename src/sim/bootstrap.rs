@@ -13,7 +13,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::handshake::pyvalue;
+use pd_core::handshake::pyvalue;
 
 pub const TEXT: &str = "text/plain; charset=utf-8";
 pub const JSON: &str = "application/json; charset=utf-8";
@@ -263,7 +263,7 @@ impl Registry {
         m.insert("enable_kv_cache_sharding".into(), Value::Bool(self.enable_kv_cache_sharding.unwrap_or(false)));
         m.insert("prefill_http_port".into(), self.prefill_http_port.map(Value::from).unwrap_or(Value::Null));
         // The decode-side scratch fields of the record, always null.
-        for k in crate::handshake::core::decode_scratch_keys() {
+        for k in pd_core::handshake::core::decode_scratch_keys() {
             m.insert((*k).to_owned(), Value::Null);
         }
         Value::Object(m)

@@ -18,7 +18,7 @@ use super::pd::DecodeSide;
 use super::rooms::Rooms;
 use super::serve::{self, Engine, Role};
 use super::transfer::{RankServer, SenderFaults};
-use crate::http_client;
+use pd_runtime::http_client;
 
 /// SGLang's registration client: 5 attempts, 5 s each, backoff min(2^k s, 30 s) x [0.75, 1).
 const REGISTER_ATTEMPTS: u32 = 5;

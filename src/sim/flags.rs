@@ -6,9 +6,11 @@ use serde_json::{Value, json};
 
 use super::SimError;
 use super::kv::{self, KvGeometry};
-use crate::handshake::core::{DecodeTopology, PoolKind};
+use pd_core::handshake::core::{DecodeTopology, PoolKind};
+use pd_core::stand_in;
 
-/// Flags that take a value; the first name is canonical, the rest are SGLang's aliases.
+/// SGLang flags that take a value; the first name is canonical, the rest are SGLang's aliases.
+/// The stand-in's own `--sim-*` options are `pd_core::stand_in`'s.
 const VALUE_FLAGS: &[&[&str]] = &[
     &["--disaggregation-mode"],
     &["--disaggregation-bootstrap-port"],
@@ -29,30 +31,9 @@ const VALUE_FLAGS: &[&[&str]] = &[
     &["--load-balance-method"],
     &["--model-path", "--model"],
     &["--served-model-name"],
-    &["--sim-page-size"],
-    &["--sim-kv-cache-dtype"],
-    &["--sim-hold-registrations"],
-    &["--sim-bootstrap-server"],
     &["--max-running-requests"],
-    &["--sim-prefill-tokens-per-s"],
-    &["--sim-itl-ms"],
-    &["--sim-kv-pool"],
-    &["--sim-num-layers"],
-    &["--sim-num-kv-heads"],
-    &["--sim-head-dim"],
-    &["--sim-kv-latent-dim"],
-    &["--sim-transfer-gbps"],
-    &["--sim-fault-die-mid-transfer"],
 ];
-const SWITCHES: &[&str] =
-    &["--enable-dp-attention", "--enable-kv-cache-sharding", "--enable-dsa-cache-layer-split", "--sim-fault-stall-transfers"];
-
-/// Whether `arg` (`--flag` or `--flag=value`) is one of the stand-in's own options (`--sim-*`),
-/// which SGLang does not have: a `sim` engine's extraArgs may carry them.
-pub fn is_stand_in_option(arg: &str) -> bool {
-    let flag = arg.split_once('=').map_or(arg, |(f, _)| f);
-    flag.starts_with("--sim-") && (SWITCHES.contains(&flag) || VALUE_FLAGS.iter().any(|names| names.contains(&flag)))
-}
+const SWITCHES: &[&str] = &["--enable-dp-attention", "--enable-kv-cache-sharding", "--enable-dsa-cache-layer-split"];
 
 /// Defaults of the timing model and the stand-in model's KV geometry (one place).
 pub mod defaults {
@@ -130,7 +111,7 @@ impl Default for EngineFlags {
     fn default() -> Self {
         Self {
             mode: "null".into(),
-            bootstrap_port: crate::api::DEFAULT_BOOTSTRAP_PORT,
+            bootstrap_port: pd_api::DEFAULT_BOOTSTRAP_PORT,
             decode_allocation_policy: "early".into(),
             tp: 1,
             dp: 1,
@@ -141,7 +122,7 @@ impl Default for EngineFlags {
             page_size: None,
             kv_cache_dtype: "auto".into(),
             host: "127.0.0.1".into(),
-            port: crate::api::DEFAULT_HTTP_PORT,
+            port: pd_api::DEFAULT_HTTP_PORT,
             dist_init_addr: None,
             nnodes: 1,
             node_rank: 0,
@@ -193,7 +174,7 @@ impl EngineFlags {
                 Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
                 _ => (arg.as_str(), None),
             };
-            if SWITCHES.contains(&name) {
+            if SWITCHES.contains(&name) || stand_in::SWITCHES.contains(&name) {
                 match name {
                     "--enable-dp-attention" => f.enable_dp_attention = true,
                     "--enable-kv-cache-sharding" => f.enable_kv_cache_sharding = true,
@@ -203,7 +184,8 @@ impl EngineFlags {
                 i += 1;
                 continue;
             }
-            let Some(canonical) = VALUE_FLAGS.iter().find(|names| names.contains(&name)).map(|names| names[0]) else {
+            let known = VALUE_FLAGS.iter().find(|names| names.contains(&name)).map(|names| names[0]);
+            let Some(canonical) = known.or_else(|| stand_in::VALUE_OPTIONS.iter().copied().find(|o| *o == name)) else {
                 // Not modelled: skip it and its value, if it has one.
                 f.ignored.push(arg.clone());
                 if inline.is_none() && args.get(i + 1).is_some_and(|n| !n.starts_with("--")) {
@@ -272,7 +254,7 @@ impl EngineFlags {
                     _ => return Err(SimError::Flags(format!("--sim-bootstrap-server expects true or false, got {v:?}"))),
                 }
             }
-            _ => unreachable!("every VALUE_FLAGS entry has an arm"),
+            _ => unreachable!("every VALUE_FLAGS and stand_in::VALUE_OPTIONS entry has an arm"),
         }
         Ok(())
     }
@@ -347,30 +329,30 @@ pub fn node_share(slots: &[RankSlot], nnodes: i64, node_rank: i64) -> Vec<RankSl
 
 /// The model as SGLang reads it: `<--model-path>/config.json` when that file exists, else the
 /// model catalogue's entry for the path.
-fn model_facts(f: &EngineFlags) -> crate::model::ModelFacts {
-    let spec = crate::api::ModelSpec { path: f.model_path.clone(), ..Default::default() };
+fn model_facts(f: &EngineFlags) -> pd_core::model::ModelFacts {
+    let spec = pd_api::ModelSpec { path: f.model_path.clone(), ..Default::default() };
     let config = std::fs::read_to_string(std::path::Path::new(&f.model_path).join("config.json"))
         .ok()
-        .and_then(|text| crate::model::HfConfig::parse(&text).ok());
-    crate::model::resolve(&spec, config.as_ref())
+        .and_then(|text| pd_core::model::HfConfig::parse(&text).ok());
+    pd_core::model::resolve(&spec, config.as_ref())
 }
 
 /// Variables of the engine's own environment that SGLang's DeepSeek-V4 pool reads.
 const DSV4_ENV: [&str; 2] = ["SGLANG_DSV4_KV_LAYOUT", "SGLANG_DSV4_COMPRESSED_KV_LAYOUT"];
 
-/// This engine's flags as a one-role spec, with the model's facts, for `crate::resolve`: what
+/// This engine's flags as a one-role spec, with the model's facts, for `pd_core::resolve`: what
 /// SGLang's start-up would make of them (e.g. DSA's forced 64 and bfloat16, DeepSeek-V4's 256,
 /// fp8_e4m3 and composite KV layout, a backend's page constraint). `None` for flags the spec
 /// cannot express.
-fn as_spec(f: &EngineFlags) -> Option<(crate::api::PDDeploymentSpec, crate::model::ModelFacts, crate::api::Role)> {
+fn as_spec(f: &EngineFlags) -> Option<(pd_api::PDDeploymentSpec, pd_core::model::ModelFacts, pd_api::Role)> {
     let role = match f.mode.as_str() {
-        "prefill" => crate::api::Role::Prefill,
-        "decode" => crate::api::Role::Decode,
+        "prefill" => pd_api::Role::Prefill,
+        "decode" => pd_api::Role::Decode,
         _ => return None,
     };
     let env: Vec<Value> = DSV4_ENV.iter().filter_map(|n| std::env::var(n).ok().map(|v| json!({"name": n, "value": v}))).collect();
     let rs = json!({"parallelism": {"tp": 1}, "template": {"extraArgs": f.ignored, "env": env}});
-    let spec: crate::api::PDDeploymentSpec = serde_json::from_value(json!({
+    let spec: pd_api::PDDeploymentSpec = serde_json::from_value(json!({
         "model": {"path": f.model_path}, "kvTransfer": {"pageSize": f.page_size, "kvCacheDtype": f.kv_cache_dtype},
         "prefill": rs, "decode": rs,
     }))
@@ -381,21 +363,21 @@ fn as_spec(f: &EngineFlags) -> Option<(crate::api::PDDeploymentSpec, crate::mode
 /// The page size the stand-in reports: `--sim-page-size` (a fault), else SGLang's resolution.
 pub fn advertised_page_size(f: &EngineFlags) -> i64 {
     let resolved =
-        || as_spec(f).map(|(s, facts, role)| i64::from(crate::resolve::role_page_size(&s, &facts, role, s.kv_transfer.page_size)));
+        || as_spec(f).map(|(s, facts, role)| i64::from(pd_core::resolve::role_page_size(&s, &facts, role, s.kv_transfer.page_size)));
     f.sim_page_size.or_else(resolved).or(f.page_size).unwrap_or(1)
 }
 /// The KV dtype the stand-in reports: `--sim-kv-cache-dtype` (a fault), else SGLang's resolution.
 pub fn advertised_kv_dtype(f: &EngineFlags) -> String {
-    let resolved = || as_spec(f).map(|(s, facts, role)| crate::resolve::kv_cache_dtype(&s, &facts, role));
+    let resolved = || as_spec(f).map(|(s, facts, role)| pd_core::resolve::kv_cache_dtype(&s, &facts, role));
     f.sim_kv_cache_dtype.clone().or_else(resolved).unwrap_or_else(|| f.kv_cache_dtype.clone())
 }
 /// The DeepSeek-V4 KV layout the stand-in reports (`pd_kv_layout`), none for other models.
 pub fn advertised_kv_layout(f: &EngineFlags) -> Option<String> {
-    as_spec(f).and_then(|(s, facts, role)| crate::resolve::dsv4_kv_layout(&s, &facts, role).ok().flatten())
+    as_spec(f).and_then(|(s, facts, role)| pd_core::resolve::dsv4_kv_layout(&s, &facts, role).ok().flatten())
 }
 /// Whether this engine runs DeepSeek-V4.1 DSpark (and so reports a DSpark layout).
 fn runs_dspark(f: &EngineFlags) -> bool {
-    as_spec(f).is_some_and(|(s, facts, role)| crate::resolve::dspark(&s, &facts, role))
+    as_spec(f).is_some_and(|(s, facts, role)| pd_core::resolve::dspark(&s, &facts, role))
 }
 fn resolved_load_balance(f: &EngineFlags) -> &str {
     if f.load_balance_method == "auto" { "follow_bootstrap_room" } else { &f.load_balance_method }
@@ -432,7 +414,7 @@ pub fn registration_body(f: &EngineFlags, t: &Topology, slot: RankSlot, rank_ip:
         "page_size": advertised_page_size(f),
         "kv_cache_dtype": advertised_kv_dtype(f),
         "kv_layout": advertised_kv_layout(f),
-        "dsv41_spec_layout": if runs_dspark(f) { crate::handshake::core::dspark_layout_stand_in() } else { Value::Null },
+        "dsv41_spec_layout": if runs_dspark(f) { pd_core::handshake::core::dspark_layout_stand_in() } else { Value::Null },
         "load_balance_method": resolved_load_balance(f),
         "enable_dsa_cache_layer_split": f.enable_dsa_cache_layer_split,
         "enable_kv_cache_sharding": f.enable_kv_cache_sharding,

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::handshake::core::{PoolKind, RankMapping};
+use pd_core::handshake::core::{PoolKind, RankMapping};
 
 /// What one token costs in the KV pool of the whole model (one copy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +144,7 @@ pub fn pulls(g: &KvGeometry, p: &Shape, d: &Shape, m: &RankMapping, tokens: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handshake::core::{DecodeTopology, PrefillInfo, handshake};
+    use pd_core::handshake::core::{DecodeTopology, PrefillInfo, handshake};
     use serde_json::json;
 
     const MHA: KvGeometry = KvGeometry { pool: PoolKind::Mha, layers: 32, kv_heads: 8, head_dim: 128, latent_dim: 0, dtype_bits: 16 };

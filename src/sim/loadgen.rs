@@ -1,4 +1,4 @@
-//! `pd-operator sim bench`: a closed-loop load generator for the serving benchmark. `C` workers
+//! `pd-sim bench`: a closed-loop load generator for the serving benchmark. `C` workers
 //! each keep one connection and send chat completions back to back; streamed answers are timed
 //! per event (TTFT, ITL). With `--prefill` and `--bootstrap` it plays the gateway itself: the same
 //! stamped body goes to the prefill and the decode at once. Prints one JSON line.
@@ -34,7 +34,7 @@ struct Config {
 
 fn parse(args: &[String]) -> Result<Config, SimError> {
     let mut c = Config {
-        target: format!("127.0.0.1:{}", crate::api::DEFAULT_HTTP_PORT),
+        target: format!("127.0.0.1:{}", pd_api::DEFAULT_HTTP_PORT),
         model: "default".into(),
         prefill: None,
         bootstrap: None,

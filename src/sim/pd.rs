@@ -1,5 +1,5 @@
 //! The decode's side of a PD request, as SGLang 0.5.23 runs it: resolve the prefill through its
-//! bootstrap server (the handshake of `handshake::probe`, cached per address), look up the rows the
+//! bootstrap server (the handshake of `pd_runtime::probe`, cached per address), look up the rows the
 //! rank map names, and have every decode rank pull its share of the room's KV from exactly those
 //! prefill ranks, verifying each checksum.
 
@@ -15,9 +15,9 @@ use super::metrics::{PairLabels, SimMetrics};
 use super::openai::Bootstrap;
 use super::rooms;
 use super::transfer::{PullSpec, Puller, Row};
-use crate::handshake::core::{DecodeTopology, PrefillInfo, RankMapping};
-use crate::handshake::probe::{self, Verdict};
-use crate::http_client;
+use pd_core::handshake::core::{DecodeTopology, PrefillInfo, RankMapping};
+use pd_runtime::http_client;
+use pd_runtime::probe::{self, Verdict};
 
 /// SGLang's decode: a failed topology fetch is retried 1 s apart; 15 failures abort the request.
 const FETCH_ATTEMPTS: u32 = 15;

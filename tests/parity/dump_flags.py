@@ -1,9 +1,9 @@
 """Writes an SGLang release's `sglang serve` option strings and their argparse destinations, one
-`--option dest` per line: src/sglang_flags/<release>.txt, which validate matches extraArgs
+`--option dest` per line: src/core/sglang_flags/<release>.txt, which validate matches extraArgs
 against the way argparse does (exact, then unique prefix). Run with the oracle venv's python,
 another release's unpacked wheel first on PYTHONPATH (hack/sglang-release.sh prints its path):
   PYTHONPATH=$(hack/sglang-release.sh 0.5.21) $(hack/sglang-oracle-venv.sh | tail -n1) \
-    tests/parity/dump_flags.py > src/sglang_flags/0.5.21.txt
+    tests/parity/dump_flags.py > src/core/sglang_flags/0.5.21.txt
 """
 
 import argparse

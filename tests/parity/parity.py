@@ -2,7 +2,7 @@
 
 For every spec of the corpus (the examples, the specs the rule tests validate, and specs made
 by a fixed-seed generator over model families, parallelism, backends, KV dtypes, page sizes,
-extraArgs and env), `pd-operator parity-cases` gives the operator's verdict and the argv and
+extraArgs and env), `parity-cases` (src/testing) gives the operator's verdict and the argv and
 environment of every engine process; tests/parity/oracle.py runs SGLang's start-up resolution
 on each process with the model's config.json on a faked accelerator. A spec is admitted by
 SGLang when every process of both roles starts. The report counts:
@@ -220,10 +220,10 @@ def layout_corpus(workdir):
 
 # ---------------------------------------------------------------- running
 
-def parity_cases(operator, files, profile, accelerator_flag=True, release=None):
+def parity_cases(binary, files, profile, accelerator_flag=True, release=None):
     accel = ["--accelerator", profile] if accelerator_flag else []
     accel += ["--engine-version", release] if release else []
-    out = subprocess.run([operator, "parity-cases", *accel, *sum((["-f", f] for f in files), [])],
+    out = subprocess.run([binary, *accel, *sum((["-f", f] for f in files), [])],
                          check=True, capture_output=True, text=True)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
@@ -337,7 +337,7 @@ def topology_mismatch(case, oracle):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--operator", required=True, help="the pd-operator binary")
+    ap.add_argument("--parity-cases", required=True, help="the parity-cases binary (cargo build -p pd-testing)")
     ap.add_argument("--python", default=sys.executable, help="the oracle venv's python")
     ap.add_argument("--examples", nargs="*", default=[])
     ap.add_argument("--rules-dir", help="specs the rule tests dumped (PD_PARITY_DUMP)")
@@ -351,11 +351,11 @@ def main():
                     "process inputs: cases it holds are not run again, new results are added")
     ap.add_argument("--jobs", type=int, default=1, help="oracle workers per profile")
     ap.add_argument("--release", help="judge specs that name no engine version as this SGLang release "
-                    "(`pd-operator parity-cases --engine-version`)")
+                    "(`parity-cases --engine-version`)")
     ap.add_argument("--release-dir", help="that release's unpacked code (hack/sglang-release.sh), first on the oracle's "
                     "PYTHONPATH; unset: the oracle venv's own release")
     ap.add_argument("--no-accelerator-flag", action="store_true",
-                    help="for an operator build older than `parity-cases --accelerator`")
+                    help="for a parity-cases build older than `--accelerator`")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     t0 = time.time()
@@ -378,7 +378,7 @@ def main():
     for source, files, meta in groups:
         for profile in PROFILES:
             # The operator validates for the GPU the oracle fakes (roles name no accelerator).
-            for i, line in enumerate(parity_cases(args.operator, files, profile, not args.no_accelerator_flag, args.release)):
+            for i, line in enumerate(parity_cases(args.parity_cases, files, profile, not args.no_accelerator_flag, args.release)):
                 c = line["case"]
                 cid = f"{source}:{i}:{os.path.basename(line['file'])}:{c['name']}"
                 m = (meta or {}).get(c["name"])

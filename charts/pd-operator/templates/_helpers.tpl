@@ -36,6 +36,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
 {{- end }}
 
+{{- define "pd-operator.simImage" -}}
+{{ .Values.simImage.repository }}:{{ default .Chart.AppVersion .Values.simImage.tag }}
+{{- end }}
+
 {{- define "pd-operator.webhookService" -}}
 {{ include "pd-operator.fullname" . }}-webhook
 {{- end }}

@@ -1,0 +1,926 @@
+//! The `PDDeployment` custom resource (`pd.inference.dev/v1alpha1`).
+//!
+//! Settings both roles must agree on (model, KV transfer, page size, KV dtype, allocation policy)
+//! live once at the top of the spec, so the two sides cannot disagree by construction.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount};
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "pd.inference.dev";
+pub const VERSION: &str = "v1alpha1";
+
+/// SGLang 0.5.23's default `--disaggregation-bootstrap-port`.
+pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
+/// SGLang's default `--port`.
+pub const DEFAULT_HTTP_PORT: u16 = 30000;
+pub const DEFAULT_ROUTER_PORT: u16 = 8000;
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+/// SGLang's own images, one tag per release (`v0.5.23`).
+pub const DEFAULT_SGLANG_REPOSITORY: &str = "lmsysorg/sglang";
+pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v0.5.23";
+/// The PD router for both engine types: SGLang's model gateway (PyPI `smg`) on Debian's Python,
+/// built by hack/gateway-image.sh (which reads the smg version from this tag).
+pub const DEFAULT_ROUTER_IMAGE: &str = "pd-operator-gateway:smg-1.13.0";
+
+/// A prefill/decode disaggregated SGLang deployment: prefill and decode engine pools that share
+/// one model and one KV-transfer configuration, plus the PD router in front of them.
+// kube-derive repeats `type_` across printcolumn entries, which clippy misreads as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "pd.inference.dev",
+    version = "v1alpha1",
+    kind = "PDDeployment",
+    plural = "pddeployments",
+    singular = "pddeployment",
+    shortname = "pdd",
+    category = "pd",
+    namespaced,
+    status = "PDDeploymentStatus",
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas", label_selector_path = ".status.selector"),
+    derive = "PartialEq",
+    printcolumn(name = "Prefill", type_ = "string", json_path = ".status.prefill.ready", description = "ready/desired prefill instances"),
+    printcolumn(name = "Decode", type_ = "string", json_path = ".status.decode.ready", description = "ready/desired decode instances"),
+    printcolumn(name = "Handshake", type_ = "string", json_path = ".status.conditions[?(@.type==\"HandshakeReady\")].status"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PDDeploymentSpec {
+    /// How many times the declared prefill:decode unit runs: each role runs `replicas` times its
+    /// own `replicas` instances. The `/scale` subresource's replicas (`kubectl scale`, HPA, KEDA).
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// Which engine runs the pods. `sim` runs pd-operator's GPU-free stand-in instead of SGLang.
+    #[serde(default)]
+    pub engine: EngineSpec,
+    /// The model both roles serve.
+    pub model: ModelSpec,
+    /// KV-cache transfer settings shared by both roles.
+    #[serde(default)]
+    pub kv_transfer: KvTransferSpec,
+    /// The prefill pool.
+    pub prefill: RoleSpec,
+    /// The decode pool.
+    pub decode: RoleSpec,
+    /// The PD router in front of both pools.
+    #[serde(default)]
+    pub router: RouterSpec,
+    /// How spec changes roll through the instances.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+    /// Who may reach the engines and the router: NetworkPolicies the operator renders.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
+    /// Where the engine pods land: all-or-nothing instances and topology.
+    #[serde(default)]
+    pub placement: PlacementSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineSpec {
+    /// `sglang` (the real engine) or `sim` (GPU-free stand-in speaking SGLang's bootstrap protocol).
+    #[serde(default, rename = "type")]
+    pub engine_type: EngineType,
+    /// Engine image. Defaults to `lmsysorg/sglang:v<version>` (`v0.5.23` when no version is
+    /// given) for `sglang` and to the operator's own image for `sim`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
+    /// The SGLang release the image runs (e.g. `0.5.21`): the rules, the option table and the
+    /// flags rendered are that release's. Unset: read from the image tag (`…:v0.5.21`); an image
+    /// whose tag names no supported release is judged with the nearest one, with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum EngineType {
+    #[default]
+    #[serde(rename = "sglang")]
+    Sglang,
+    #[serde(rename = "sim")]
+    Sim,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// What `--model-path` gets: a Hugging Face id or a path inside the pod.
+    pub path: String,
+    /// HF `architectures[0]`, e.g. `DeepseekV3ForCausalLM`. Inferred from `path` when it is a
+    /// well-known model id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// Attention kind override; wins over the catalogue and the config map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionKind>,
+    /// A ConfigMap holding the model's HF `config.json`; read by the admission webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<ConfigMapKeyRef>,
+    /// `--served-model-name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_name: Option<String>,
+    /// `--revision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    pub name: String,
+    /// Key inside the ConfigMap; defaults to `config.json`.
+    #[serde(default = "default_config_key")]
+    pub key: String,
+}
+
+pub fn default_config_key() -> String {
+    "config.json".into()
+}
+
+/// Attention kind of the model, which decides the KV pool kind SGLang's handshake looks at.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum AttentionKind {
+    /// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2, ...).
+    #[serde(rename = "MLA")]
+    Mla,
+    /// Linear attention over an MLA sub-pool (Kimi-Linear, ...).
+    #[serde(rename = "HybridMLA")]
+    HybridMla,
+    /// Grouped-query attention (Llama 3, Qwen 2.5/3, Mistral, ...).
+    #[serde(rename = "GQA")]
+    Gqa,
+    /// Plain multi-head attention.
+    #[serde(rename = "MHA")]
+    Mha,
+}
+
+impl std::fmt::Display for AttentionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Mla => "MLA",
+            Self::HybridMla => "HybridMLA",
+            Self::Gqa => "GQA",
+            Self::Mha => "MHA",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KvTransferSpec {
+    /// `--disaggregation-transfer-backend`.
+    #[serde(default)]
+    pub backend: TransferBackend,
+    /// `--disaggregation-ib-device`: one device, a comma list, or a per-GPU JSON map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ib_device: Option<String>,
+    /// `--page-size`, one value for both roles. Required: SGLang resolves it per backend and GPU
+    /// otherwise, and a mismatch fails the handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub page_size: Option<u32>,
+    /// `--kv-cache-dtype`.
+    #[serde(default)]
+    pub kv_cache_dtype: KvCacheDtype,
+    /// `--disaggregation-bootstrap-port`.
+    #[serde(default = "default_bootstrap_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub bootstrap_port: u16,
+    /// `--disaggregation-decode-allocation-policy`.
+    #[serde(default)]
+    pub decode_allocation_policy: AllocationPolicy,
+    /// `SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER` on both roles.
+    #[serde(default)]
+    pub all_cp_ranks_transfer: bool,
+}
+
+fn default_bootstrap_port() -> u16 {
+    DEFAULT_BOOTSTRAP_PORT
+}
+
+impl Default for KvTransferSpec {
+    fn default() -> Self {
+        Self {
+            backend: TransferBackend::default(),
+            ib_device: None,
+            page_size: None,
+            kv_cache_dtype: KvCacheDtype::default(),
+            bootstrap_port: DEFAULT_BOOTSTRAP_PORT,
+            decode_allocation_policy: AllocationPolicy::default(),
+            all_cp_ranks_transfer: false,
+        }
+    }
+}
+
+macro_rules! flag_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? } default $default:ident) => {
+        $(#[$m])*
+        #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+        pub enum $name {
+            $(
+                #[serde(rename = $text)]
+                #[allow(non_camel_case_types)]
+                $variant,
+            )+
+        }
+        impl $name {
+            #[allow(unreachable_patterns)]
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text,)+ }
+            }
+        }
+        impl Default for $name { fn default() -> Self { Self::$default } }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+flag_enum!(
+    /// `--disaggregation-transfer-backend` values SGLang 0.5.23 accepts.
+    TransferBackend {
+        Mooncake => "mooncake",
+        Nixl => "nixl",
+        Ascend => "ascend",
+        Mori => "mori",
+        MooncakeTcp => "mooncake_tcp",
+        Fake => "fake",
+    } default Mooncake
+);
+
+flag_enum!(
+    /// `--kv-cache-dtype` values SGLang 0.5.23 accepts. Compared as plain strings at handshake
+    /// time: `bf16` and `bfloat16` do not match.
+    KvCacheDtype {
+        Auto => "auto",
+        Fp8E5m2 => "fp8_e5m2",
+        Fp8E4m3 => "fp8_e4m3",
+        Mxfp8 => "mxfp8",
+        Bf16 => "bf16",
+        Bfloat16 => "bfloat16",
+        Nvfp4 => "nvfp4",
+        Fp4MxBlock16 => "fp4_mx_block16",
+    } default Auto
+);
+
+flag_enum!(
+    /// `--disaggregation-decode-allocation-policy`.
+    AllocationPolicy {
+        Early => "early",
+        PrefillComplete => "prefill_complete",
+    } default Early
+);
+
+flag_enum!(
+    /// `--cp-strategy` for prefill context parallelism.
+    CpStrategy {
+        Zigzag => "zigzag",
+        Interleave => "interleave",
+    } default Zigzag
+);
+
+flag_enum!(
+    /// The model gateway's (`smg --policy`) load-balancing policy.
+    RouterPolicy {
+        CacheAware => "cache_aware",
+        RoundRobin => "round_robin",
+        Random => "random",
+        PowerOfTwo => "power_of_two",
+    } default CacheAware
+);
+
+/// The two engine roles of a PD deployment.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Prefill,
+    Decode,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
+    /// `spec.<role>.<rest>`, the field path used in messages.
+    pub fn field(self, rest: &str) -> String {
+        format!("spec.{}.{rest}", self.as_str())
+    }
+}
+
+impl PDDeploymentSpec {
+    pub fn role(&self, role: Role) -> &RoleSpec {
+        match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        }
+    }
+
+    /// Instance indices the role may use: its instances, then the surge instances of a rollout.
+    pub fn instance_slots(&self, role: Role) -> u32 {
+        self.instances(role).saturating_add(self.rollout.max_surge(role))
+    }
+
+    /// Instances the role runs: its `replicas` per unit times the units (`spec.replicas`).
+    pub fn instances(&self, role: Role) -> u32 {
+        let per_unit = u32::try_from(self.role(role).replicas).unwrap_or(0);
+        per_unit.saturating_mul(u32::try_from(self.replicas).unwrap_or(0))
+    }
+}
+
+impl RoleSpec {
+    /// Pods one instance of the role spans (`tp*pp*dp / gpusPerNode`, at least 1).
+    pub fn nodes_per_instance(&self) -> u32 {
+        let per_node = u64::from(self.gpus_per_node.max(1));
+        u32::try_from(self.parallelism.gpus().div_ceil(per_node).max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// GPUs one pod of the role requests.
+    pub fn gpus_per_pod(&self) -> u64 {
+        self.parallelism.gpus().min(u64::from(self.gpus_per_node.max(1)))
+    }
+}
+
+/// One role's pool: `replicas` engine instances of one parallel layout.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSpec {
+    /// Number of engine instances (one SGLang server each).
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    #[serde(default)]
+    pub parallelism: Parallelism,
+    /// GPUs on one node; an instance spans `tp*pp/gpusPerNode` pods when larger.
+    #[serde(default = "default_gpus_per_node")]
+    #[schemars(range(min = 1))]
+    pub gpus_per_node: u32,
+    /// `--enable-kv-cache-sharding` (prefill only in SGLang).
+    #[serde(default)]
+    pub enable_kv_cache_sharding: bool,
+    /// `--enable-dsa-cache-layer-split` (DSA models with prefill CP, Mooncake only).
+    #[serde(default)]
+    pub enable_dsa_cache_layer_split: bool,
+    /// The GPU this role's pods run on. SGLang resolves defaults per accelerator (attention
+    /// backend, page size, KV dtype) and refuses some settings on some GPUs; when unset, rules
+    /// that depend on it warn for the profiles where start-up would fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
+    /// Pod-level settings for this role's engine pods.
+    #[serde(default)]
+    pub template: RoleTemplate,
+}
+
+flag_enum!(
+    /// An accelerator profile: what SGLang's start-up reads from the GPU (compute capability).
+    Accelerator {
+        H100 => "H100",
+        H200 => "H200",
+        B200 => "B200",
+    } default H100
+);
+
+impl Accelerator {
+    pub const ALL: [Accelerator; 3] = [Accelerator::H100, Accelerator::H200, Accelerator::B200];
+    /// SM100+ (`is_blackwell` in SGLang's platform).
+    pub fn is_blackwell(self) -> bool {
+        matches!(self, Accelerator::B200)
+    }
+
+    /// A profile by name, any case (`--accelerator h100`); the error lists the profiles.
+    pub fn parse(s: &str) -> Result<Accelerator, String> {
+        Accelerator::ALL
+            .into_iter()
+            .find(|a| a.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("{s:?} is not an accelerator profile; one of {}", Accelerator::ALL.map(Accelerator::as_str).join(", ")))
+    }
+}
+
+fn one_i32() -> i32 {
+    1
+}
+fn one() -> u32 {
+    1
+}
+fn default_gpus_per_node() -> u32 {
+    DEFAULT_GPUS_PER_NODE
+}
+
+/// The parallel layout of one engine instance, in SGLang's own terms.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+// CEL covers the one-object arithmetic at the apiserver; messages are static because
+// `string(int)` in a messageExpression exceeds the apiserver's cost budget. `validate` and the
+// webhook report the same rules with the values filled in.
+#[x_kube(validation = kube::core::Rule::new("self.tp % (self.attnDp * self.attnCp) == 0").message("tp_size must be divisible by attn_dp_size * attn_cp_size: tp must be a multiple of attnDp × attnCp").field_path(".tp"))]
+#[x_kube(validation = kube::core::Rule::new("self.tp % self.dcp == 0").message("tensor_model_parallel_size must be divisible by decode_context_parallel_size: tp must be a multiple of dcp").field_path(".dcp"))]
+#[x_kube(validation = kube::core::Rule::new("!(self.dp > 1 && self.attnDp > 1)").message("data-parallel replicas combined with attention data parallelism are not supported: set dp or attnDp to 1").field_path(".dp"))]
+#[x_kube(validation = kube::core::Rule::new("!(self.dcp > 1 && self.attnCp > 1)").message("--dcp-size > 1 does not support --enable-prefill-cp.").field_path(".dcp"))]
+pub struct Parallelism {
+    /// `--tp-size`: GPUs per engine instance and pipeline stage.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub tp: u32,
+    /// `--dp-size`: independent replicas inside one instance.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub dp: u32,
+    /// `--attn-dp-size`: attention data-parallel groups inside the TP group.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub attn_dp: u32,
+    /// `--pp-size`: pipeline stages.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub pp: u32,
+    /// `--attn-cp-size`: attention context parallelism (prefill only, with `cpStrategy`).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub attn_cp: u32,
+    /// `--dcp-size`: decode context parallelism (MLA and hybrid-MLA models only).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub dcp: u32,
+    /// `--cp-strategy`, required with `attnCp > 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cp_strategy: Option<CpStrategy>,
+}
+
+impl Default for Parallelism {
+    fn default() -> Self {
+        Self { tp: 1, dp: 1, attn_dp: 1, pp: 1, attn_cp: 1, dcp: 1, cp_strategy: None }
+    }
+}
+
+impl Parallelism {
+    /// Attention-TP width, as SGLang derives it (`tp / attn_dp / attn_cp`); 0 when undefined.
+    pub fn attn_tp(&self) -> u32 {
+        let groups = self.attn_dp.saturating_mul(self.attn_cp);
+        self.tp.checked_div(groups).unwrap_or(0)
+    }
+    /// GPUs one instance uses.
+    pub fn gpus(&self) -> u64 {
+        u64::from(self.tp) * u64::from(self.pp) * u64::from(self.dp)
+    }
+}
+
+/// Pod-level knobs for a role's engine pods. The engine's own flags come from the spec above;
+/// `extraArgs` may add flags the operator does not manage, never override one it does.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleTemplate {
+    /// Extra engine arguments appended after the managed ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Container resources; `nvidia.com/gpu` is set by the operator from the parallel layout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::free_form_object")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::free_form_list")]
+    pub volumes: Vec<Volume>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMount>,
+    /// Engine container security context (e.g. `capabilities.add: [IPC_LOCK]` for RDMA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::free_form_object")]
+    pub security_context: Option<SecurityContext>,
+    /// Host networking (often needed for RDMA); not allowed by the `baseline` Pod Security Standard.
+    #[serde(default)]
+    pub host_network: bool,
+    /// Size of the `/dev/shm` memory volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+}
+
+/// Keeps the CRD small enough for client-side `kubectl apply`: large core types are accepted
+/// as free-form objects here and checked by the apiserver when the pod is created.
+pub(crate) fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+pub(crate) fn free_form_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterSpec {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    #[serde(default)]
+    pub policy: RouterPolicy,
+    /// Router image: SGLang's model gateway (`smg`), run as `python3 -m smg.launch_router`;
+    /// defaults to pd-operator's gateway image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default = "default_router_port")]
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_router_port() -> u16 {
+    DEFAULT_ROUTER_PORT
+}
+
+impl Default for RouterSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            replicas: 1,
+            policy: RouterPolicy::default(),
+            image: None,
+            port: DEFAULT_ROUTER_PORT,
+            extra_args: Vec::new(),
+            resources: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Instances per role that may be down at once during a spec change (unless the role's own
+    /// `maxUnavailable` says otherwise). 0 needs `maxSurge`: the role then never runs below its
+    /// instance count.
+    #[serde(default = "one_i32")]
+    #[schemars(range(min = 0))]
+    pub max_unavailable: i32,
+    /// Extra instances per role that an in-place rollout may bring up at the new revision before
+    /// it takes old ones down (unless the role's own `maxSurge` says otherwise). They go once
+    /// every instance runs the new revision and has served `minReadySeconds`. 0 (the default):
+    /// none. A KV-incompatible change surges a whole KV set instead (see `strategy`).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_SURGE))]
+    pub max_surge: i32,
+    /// How far, in percent of its instances, one role's rollout may run ahead of the other's.
+    /// 0 (the default): the roles take turns, so the prefill:decode mix of revisions stays even.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_skew: i32,
+    /// Seconds an instance leaving (scale-down, rollout) stays out of the router's pool before its
+    /// pods are deleted, so requests in flight finish. 0: delete at once.
+    #[serde(default = "default_drain_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub drain_seconds: i32,
+    /// Seconds a new instance must have served (pods Ready, handshake passed) before the rollout
+    /// counts it available and takes the next one out. The router's discovery adds a worker some
+    /// seconds after its pod turns Ready; without this wait a role of two could briefly have none
+    /// in the router's pool.
+    #[serde(default = "default_min_ready_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub min_ready_seconds: i32,
+    /// How a spec change reaches the pods. `Auto`: in place, instance by instance, when the new
+    /// revisions are KV-compatible with the running pods (the handshake core judges new decode
+    /// with running prefill and running decode with new prefill), and as a new KV set beside the
+    /// running one when they are not. `Surge`: always as a new KV set (twice the GPUs while it
+    /// comes up; no instance is ever taken down first, even in a role of one).
+    #[serde(default)]
+    pub strategy: RolloutStrategy,
+    #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
+    pub prefill: RoleRollout,
+    #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
+    pub decode: RoleRollout,
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self {
+            max_unavailable: 1,
+            max_surge: 0,
+            max_skew: 0,
+            drain_seconds: default_drain_seconds(),
+            min_ready_seconds: default_min_ready_seconds(),
+            strategy: RolloutStrategy::default(),
+            prefill: RoleRollout::default(),
+            decode: RoleRollout::default(),
+        }
+    }
+}
+
+fn default_drain_seconds() -> i32 {
+    30
+}
+
+fn default_min_ready_seconds() -> i32 {
+    10
+}
+
+/// The most surge instances a role may have (`rollout.maxSurge`).
+pub const MAX_SURGE: u32 = 16;
+
+/// `rollout.strategy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum RolloutStrategy {
+    #[default]
+    Auto,
+    Surge,
+}
+
+/// One role's rollout settings. Not part of the role's revision: changing them rolls nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRollout {
+    /// Overrides `rollout.maxUnavailable` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_unavailable: Option<i32>,
+    /// Overrides `rollout.maxSurge` for this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_SURGE))]
+    pub max_surge: Option<i32>,
+    /// Instances with an index below this keep the revision they run (a canary: only instances
+    /// `partition` and up update). 0, the default: every instance updates. An instance below the
+    /// partition that has to be recreated comes back at the new revision.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub partition: i32,
+}
+
+impl RoleRollout {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl RolloutSpec {
+    pub fn role(&self, role: Role) -> &RoleRollout {
+        match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        }
+    }
+
+    /// Instances of `role` that may be down at once during a rollout (at least 1 unless the role
+    /// surges).
+    pub fn max_unavailable(&self, role: Role) -> u32 {
+        let n = u32::try_from(self.role(role).max_unavailable.unwrap_or(self.max_unavailable)).unwrap_or(1);
+        if self.max_surge(role) == 0 { n.max(1) } else { n }
+    }
+
+    /// Extra instances of `role` an in-place rollout may run beside the old ones.
+    pub fn max_surge(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).max_surge.unwrap_or(self.max_surge)).unwrap_or(0).min(MAX_SURGE)
+    }
+
+    /// Instances of `role` below this index are not updated.
+    pub fn partition(&self, role: Role) -> u32 {
+        u32::try_from(self.role(role).partition).unwrap_or(0)
+    }
+}
+
+/// SGLang's bootstrap server, rank ports and HTTP API take requests from anyone who can reach
+/// them (a `PUT /route` registers rank addresses a decode then pulls KV from). With this on, the
+/// engine pods accept traffic only from the PDDeployment's own engine pods (every port: bootstrap,
+/// ranks, distributed init) and on the HTTP port from its router; the router, or the engines'
+/// HTTP port when the router is disabled, from `clientsFrom`. Egress is left open.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Render the policies. Turn off only where the network plugin enforces no NetworkPolicy, or
+    /// where another tool owns them: the engines' ports are then open to the whole cluster.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Who may send requests (NetworkPolicy peers: podSelector, namespaceSelector, ipBlock).
+    /// Empty: every pod in the PDDeployment's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients_from: Vec<NetworkPolicyPeer>,
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        Self { enabled: true, clients_from: Vec::new() }
+    }
+}
+
+/// How engine pods are scheduled. Applies to pods created from the change on (scheduling
+/// constraints cannot move running pods); changing it rolls nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.colocate) || self.colocate == 'none' || has(self.topologyKey)").message("colocate needs topologyKey: the node label whose value prefill and decode pods share").field_path(".colocate"))]
+pub struct PlacementSpec {
+    /// All-or-nothing scheduling of each multi-node instance. `auto` (the default): Kubernetes' own
+    /// gang scheduling (a PodGroup per instance, `scheduling.k8s.io/v1beta1`, feature gate
+    /// `GenericWorkload`) where the cluster serves it, none elsewhere; `workload`: required (the
+    /// PDDeployment reports an error where it is not served); `none`: pods schedule one by one.
+    #[serde(default)]
+    pub gang: GangMode,
+    /// A node label naming a topology domain (a rack, an NVLink domain): each instance's pods land
+    /// on nodes with one value of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+    /// Keep every prefill and decode pod in one domain of `topologyKey`, so KV moves within it:
+    /// `required`, `preferred`, or `none` (the default).
+    #[serde(default)]
+    pub colocate: Colocation,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GangMode {
+    #[default]
+    Auto,
+    Workload,
+    None,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Colocation {
+    #[default]
+    None,
+    Preferred,
+    Required,
+}
+
+/// Observed state, written only by the controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PDDeploymentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Units running at the desired revision and ready in both roles (the `/scale` subresource's
+    /// status replicas): the fewer of ready prefill and ready decode instances, each divided by
+    /// its per-unit count.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The engine pods, as a label selector string (the `/scale` subresource's selector: HPA
+    /// averages its pod metrics over these).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub selector: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub prefill: RoleStatus,
+    #[serde(default)]
+    pub decode: RoleStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+    /// Per decode instance: which prefill ranks each decode rank reads KV from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_map: Vec<DecodeRankMap>,
+    /// The KV page size both roles run with, as SGLang resolves it (e.g. 64 for DSA, 256 for
+    /// DeepSeek-V4): with `kvTransfer.pageSize` unset, the value the operator pins for both.
+    /// Set once the spec is valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_size: Option<u32>,
+    /// Which KV set new pods go to and which the router pairs (see docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_set: Option<KvSetStatus>,
+}
+
+/// Pods of one KV set may pair; pods of different sets never do.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KvSetStatus {
+    /// The set new pods go to (`pd.inference.dev/kv-set`).
+    pub target: u32,
+    /// The set the router pairs.
+    pub routed: u32,
+    /// `InPlace`: the spec's KV contract is compatible with the running set, so new revisions roll
+    /// inside it. `Surge`: it is not, so the target set comes up beside the routed one, the router
+    /// moves once it is whole, and the old set drains and goes.
+    pub strategy: String,
+    /// For `Surge`: the first incompatible pair, with SGLang's text.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleStatus {
+    pub replicas: i32,
+    pub ready_replicas: i32,
+    pub updated_replicas: i32,
+    /// `ready/desired`, for `kubectl get`.
+    pub ready: String,
+    /// The revision instances not yet updated run (the update revision once all run it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current_revision: String,
+    /// The revision the role's spec renders (`pd.inference.dev/revision` of new pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub update_revision: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<String>,
+    #[serde(default)]
+    pub prefill: Vec<InstanceEndpoint>,
+    #[serde(default)]
+    pub decode: Vec<InstanceEndpoint>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceEndpoint {
+    pub instance: u32,
+    pub http: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DecodeRankMap {
+    pub decode_instance: u32,
+    /// One entry per (decode attention-TP rank, PP rank).
+    pub ranks: Vec<RankTargets>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RankTargets {
+    pub engine_rank: u32,
+    pub pp_rank: u32,
+    pub tp_ranks: Vec<u32>,
+    pub cp_ranks: Vec<u32>,
+    pub pp_ranks: Vec<u32>,
+    pub required_dst_info_num: u32,
+    pub required_prefill_response_num: u32,
+}
+
+/// Why the CRD could not be produced. Never a CRD with the formats unfixed, nor an empty one.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("cannot convert the CRD through JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("cannot write the CRD as YAML: {0}")]
+    Yaml(#[from] serde_norway::Error),
+}
+
+/// The CustomResourceDefinition as the apiserver should get it.
+pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
+    use kube::CustomResourceExt;
+    // schemars writes `uint32`/`uint16` formats, which the apiserver does not know (and warns
+    // about); Kubernetes' integer formats are int32/int64, and `minimum: 0` keeps them unsigned.
+    let mut value = serde_json::to_value(PDDeployment::crd())?;
+    fix_formats(&mut value);
+    Ok(serde_json::from_value(value)?)
+}
+
+fn fix_formats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(o) => {
+            if let Some(f) = o.get_mut("format").filter(|f| matches!(f.as_str(), Some("uint32" | "uint16" | "uint8"))) {
+                *f = "int32".into();
+            }
+            o.values_mut().for_each(fix_formats);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(fix_formats),
+        _ => {}
+    }
+}
+
+/// The CRD as YAML, exactly what `crds/pddeployment.yaml` holds.
+pub fn crd_yaml() -> Result<String, CrdError> {
+    let body = serde_norway::to_string(&crd()?)?;
+    Ok(format!("# Generated by `pd-operator crd`; do not edit.\n{body}"))
+}

@@ -1,0 +1,19 @@
+//! The pure core of pd-operator: what a PDDeployment means and what it becomes, with no
+//! Kubernetes client and no async runtime. Model facts (`model`), the SGLang release judged
+//! (`release`), SGLang's start-up resolution (`resolve`), the rules (`validate`), the handshake's
+//! checks and rank map (`handshake`), the objects and argv (`render`), and the controller's pure
+//! decisions (`plan`, `sets`, `status`).
+
+pub mod handshake;
+pub mod manifest;
+pub mod model;
+pub mod offline;
+pub mod plan;
+pub mod release;
+pub mod render;
+pub mod resolve;
+pub mod sets;
+pub mod sglang_args;
+pub mod stand_in;
+pub mod status;
+pub mod validate;

@@ -1,0 +1,1019 @@
+//! Pure rendering of a `PDDeployment` into the objects the controller applies. `pd-operator
+//! render` prints exactly this, so what a user reviews is what runs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
+    SeccompProfile, SecurityContext, Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, SleepAction, Volume,
+    VolumeMount, VolumeProjection,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use kube::core::{Expression, Selector};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::model::ModelFacts;
+use pd_api::Role;
+use pd_api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, RoleSpec};
+
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const OPERATOR: &str = "pd-operator";
+pub const LABEL_DEPLOYMENT: &str = "pd.inference.dev/deployment";
+pub const LABEL_ROLE: &str = "pd.inference.dev/role";
+pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
+pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
+pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
+/// `true` while an engine pod is in the router's pool; the controller sets it to `false` to drain
+/// an instance before its pods go (routers select on it).
+pub const LABEL_SERVING: &str = "pd.inference.dev/serving";
+/// When the controller started draining a pod (RFC 3339).
+pub const DRAINING_SINCE: &str = "pd.inference.dev/draining-since";
+/// The KV set an engine pod belongs to. Pods of one set may pair; a spec change whose KV contract
+/// is incompatible with the running set starts a new set beside it, and the router is moved to the
+/// new set as a whole (see `controller::sets`).
+pub const LABEL_KV_SET: &str = "pd.inference.dev/kv-set";
+/// What an engine pod reports in the handshake (the prefill's `/route` body, or the decode's
+/// topology) and the model it serves: what a later revision is judged against.
+pub const KV_CONTRACT: &str = "pd.inference.dev/kv-contract";
+/// The `LABEL_ROLE` value of router pods.
+pub const ROUTER_ROLE: &str = "router";
+/// `true` on every engine pod (prefill and decode, not the router): what the engines' headless
+/// Service selects.
+pub const LABEL_ENGINE: &str = "pd.inference.dev/engine";
+/// What names the objects that cover both roles' engine pods (`{name}-engines`): their headless
+/// Service and NetworkPolicy.
+const ENGINES: &str = "engines";
+pub const DIST_INIT_PORT: u16 = 5757;
+pub const HANDSHAKE_PORT: u16 = 8099;
+const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
+/// Where Kubernetes clients look for the in-cluster token; only the sidecar gets one mounted.
+const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+const GPU_RESOURCE: &str = "nvidia.com/gpu";
+const DEFAULT_SHM: &str = "16Gi";
+
+#[derive(Debug, Error, PartialEq)]
+pub enum RenderError {
+    #[error("{0} has a zero-sized parallel layout or gpusPerNode; run `pd-operator validate` for details")]
+    ZeroSize(&'static str),
+    #[error("the PDDeployment has no name")]
+    NoName,
+    #[error("could not serialize {what}: {message}")]
+    Serialize { what: &'static str, message: String },
+}
+
+/// Inputs that do not come from the PDDeployment itself.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    /// Image of pd-operator itself: the handshake sidecar.
+    pub operator_image: String,
+    /// Image of the stand-in (`pd-sim`): the engine when `engine.type: sim` names no image.
+    pub sim_image: String,
+    /// Namespace used when the object has none (offline `render`).
+    pub default_namespace: String,
+    /// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup,
+    /// `scheduling.k8s.io/v1beta1`): `placement.gang: auto` uses it then.
+    pub workload_api: bool,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self {
+            operator_image: default_operator_image(),
+            sim_image: default_sim_image(),
+            default_namespace: "default".into(),
+            workload_api: false,
+        }
+    }
+}
+
+pub fn default_operator_image() -> String {
+    format!("pd-operator:{}", env!("CARGO_PKG_VERSION"))
+}
+
+pub fn default_sim_image() -> String {
+    format!("pd-sim:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Everything the controller creates for one `PDDeployment`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Rendered {
+    pub services: Vec<Service>,
+    pub config_maps: Vec<ConfigMap>,
+    /// The decode pods' ServiceAccount (unless the decode template names its own) and the router's.
+    pub service_accounts: Vec<ServiceAccount>,
+    /// What the handshake sidecar may do (patch the status of its PDDeployment's decode pods) and
+    /// what the router's discovery may do (read the namespace's pods).
+    pub roles: Vec<RbacRole>,
+    pub role_bindings: Vec<RoleBinding>,
+    /// Engine pods, one entry per instance of each role.
+    pub instances: Vec<InstancePods>,
+    /// The instances an in-place rollout may add beside a role's own (`rollout.maxSurge`),
+    /// numbered after them; the planner creates them only while the role rolls.
+    #[serde(skip)]
+    pub surge: Vec<InstancePods>,
+    pub deployments: Vec<Deployment>,
+    /// Who may reach the engines and the router (`spec.networkPolicy`).
+    pub network_policies: Vec<NetworkPolicy>,
+    /// One gang per multi-node instance (`spec.placement.gang`).
+    pub pod_groups: Vec<PodGroup>,
+    /// The page size both roles run with, as SGLang resolves it from the `--page-size` the
+    /// operator passes (the spec's, or the one it pins when `kvTransfer.pageSize` is unset).
+    #[serde(skip)]
+    pub page_size: u32,
+}
+
+/// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InstancePods {
+    pub role: Role,
+    pub index: u32,
+    pub revision: String,
+    pub pods: Vec<Pod>,
+}
+
+impl Rendered {
+    /// Every engine pod, prefill first, in instance and node order.
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.instances.iter().flat_map(|i| &i.pods)
+    }
+
+    /// All objects as one multi-document YAML stream, in apply order.
+    pub fn to_yaml(&self) -> Result<String, RenderError> {
+        let mut docs = Vec::new();
+        let ser = |what, v: &dyn erased::Yaml| v.yaml().map_err(|message| RenderError::Serialize { what, message });
+        for s in &self.services {
+            docs.push(ser("Service", s)?);
+        }
+        for c in &self.config_maps {
+            docs.push(ser("ConfigMap", c)?);
+        }
+        for a in &self.service_accounts {
+            docs.push(ser("ServiceAccount", a)?);
+        }
+        for r in &self.roles {
+            docs.push(ser("Role", r)?);
+        }
+        for b in &self.role_bindings {
+            docs.push(ser("RoleBinding", b)?);
+        }
+        for p in self.pods() {
+            docs.push(ser("Pod", p)?);
+        }
+        for d in &self.deployments {
+            docs.push(ser("Deployment", d)?);
+        }
+        for n in &self.network_policies {
+            docs.push(ser("NetworkPolicy", n)?);
+        }
+        for g in &self.pod_groups {
+            docs.push(ser("PodGroup", g)?);
+        }
+        Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
+    }
+}
+
+mod netpol;
+pub mod placement;
+
+mod erased {
+    pub trait Yaml {
+        fn yaml(&self) -> Result<String, String>;
+    }
+    impl<T: serde::Serialize + k8s_openapi::Resource> Yaml for T {
+        fn yaml(&self) -> Result<String, String> {
+            let mut v = serde_json::to_value(self).map_err(|e| e.to_string())?;
+            if let Some(o) = v.as_object_mut() {
+                // k8s-openapi serializes apiVersion/kind only through its own serializer: add them.
+                o.insert("apiVersion".into(), T::API_VERSION.into());
+                o.insert("kind".into(), T::KIND.into());
+            }
+            serde_norway::to_string(&v).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The headless Service of PDDeployment `name`'s engine pods (both roles), and their NetworkPolicy.
+pub fn engines_name(name: &str) -> String {
+    format!("{name}-{ENGINES}")
+}
+/// The highest KV set whose pod host names validation keeps within a DNS label: a PDDeployment
+/// can take 999 incompatible rollouts (each surges into the next set) before its names grow.
+pub const NAMED_KV_SETS: u32 = 999;
+/// Set 0 keeps the plain names; a later set's objects end in `-s<set>`.
+pub fn set_suffix(set: u32) -> String {
+    if set == 0 { String::new() } else { format!("-s{set}") }
+}
+pub fn pod_name(name: &str, role: Role, instance: u32, node: u32, set: u32) -> String {
+    format!("{name}-{}-{instance}-{node}{}", role.as_str(), set_suffix(set))
+}
+pub fn router_name(name: &str) -> String {
+    format!("{name}-router")
+}
+/// The handshake ConfigMap of one KV set (its decodes' topology and its prefills' addresses).
+pub fn handshake_config_name(name: &str, set: u32) -> String {
+    format!("{name}-handshake{}", set_suffix(set))
+}
+/// Name of the handshake Role and RoleBinding.
+pub fn handshake_rbac_name(name: &str) -> String {
+    format!("{name}-handshake")
+}
+/// The decode pods' ServiceAccount: the template's, or one the operator creates.
+pub fn decode_service_account(spec: &PDDeploymentSpec, name: &str) -> String {
+    spec.decode.template.service_account_name.clone().unwrap_or_else(|| format!("{name}-decode"))
+}
+
+/// Stable DNS name of an instance's leader pod through the engines' headless Service.
+pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32, set: u32) -> String {
+    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0, set), engines_name(name))
+}
+
+/// The address a decode (and the router) uses for a prefill's bootstrap server.
+pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16, set: u32) -> String {
+    format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance, set))
+}
+
+/// The prefill and decode pods of PDDeployment `name`, as the `/scale` subresource's selector
+/// string (`to_string`) or a `LabelSelector` (`engine_pods`).
+pub fn engine_selector(name: &str) -> Selector {
+    let roles = [Role::Prefill, Role::Decode].map(|r| r.as_str().to_owned());
+    Selector::from_iter([Expression::Equal(LABEL_DEPLOYMENT.into(), name.into()), Expression::In(LABEL_ROLE.into(), roles.into())])
+}
+
+/// `engine_selector` as the `LabelSelector` of NetworkPolicies and topology spread.
+pub fn engine_pods(name: &str) -> LabelSelector {
+    engine_selector(name).into()
+}
+
+pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), OPERATOR.to_owned()),
+        ("app.kubernetes.io/name".to_owned(), "sglang".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
+        (LABEL_DEPLOYMENT.to_owned(), name.to_owned()),
+        (LABEL_ROLE.to_owned(), role.to_owned()),
+    ])
+}
+
+/// A short hash of everything that shapes a role's pods; a change rolls that role.
+pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) -> String {
+    let rs = spec.role(role);
+    let shaped = RoleSpec { replicas: 0, ..rs.clone() };
+    let mut inputs = serde_json::json!({
+        "role": role.as_str(), "engine": spec.engine, "model": spec.model, "kv": spec.kv_transfer,
+        "pool": shaped, "operatorImage": opts.operator_image,
+    });
+    // The stand-in's image shapes only stand-in pods: SGLang pods keep their revisions.
+    if spec.engine.engine_type == EngineType::Sim {
+        inputs["simImage"] = opts.sim_image.clone().into();
+    }
+    let digest = Sha256::digest(inputs.to_string().as_bytes());
+    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The engine's argv after the program name, for one pod of one instance.
+pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, instance: u32, node: u32, set: u32) -> Vec<String> {
+    let rs = spec.role(role);
+    let p = &rs.parallelism;
+    let kv = &spec.kv_transfer;
+    let mut a: Vec<String> = Vec::new();
+    let mut flag = |f: &str, v: String| {
+        a.push(f.to_owned());
+        a.push(v);
+    };
+    flag("--model-path", spec.model.path.clone());
+    if let Some(n) = &spec.model.served_name {
+        flag("--served-model-name", n.clone());
+    }
+    if let Some(r) = &spec.model.revision {
+        flag("--revision", r.clone());
+    }
+    flag("--disaggregation-mode", role.as_str().into());
+    flag("--disaggregation-bootstrap-port", kv.bootstrap_port.to_string());
+    flag("--disaggregation-transfer-backend", kv.backend.to_string());
+    if let Some(ib) = &kv.ib_device {
+        flag("--disaggregation-ib-device", ib.clone());
+    }
+    let release = crate::release::release_of(spec);
+    if release.has_decode_allocation_policy() {
+        flag("--disaggregation-decode-allocation-policy", kv.decode_allocation_policy.to_string());
+    }
+    flag("--tp-size", p.tp.to_string());
+    if release.has_attn_dp_size() {
+        flag("--dp-size", p.dp.to_string());
+        flag("--attn-dp-size", p.attn_dp.to_string());
+    } else if p.attn_dp > 1 {
+        // Before 0.5.22 the attention-DP width is `--dp-size` under `--enable-dp-attention`
+        // (admission refuses replica dp beside it).
+        flag("--dp-size", p.attn_dp.to_string());
+        a.push("--enable-dp-attention".into());
+    } else {
+        flag("--dp-size", p.dp.to_string());
+    }
+    let mut flag = |f: &str, v: String| {
+        a.push(f.to_owned());
+        a.push(v);
+    };
+    flag("--pp-size", p.pp.to_string());
+    flag("--attn-cp-size", p.attn_cp.to_string());
+    if p.attn_cp > 1 {
+        a.push("--enable-prefill-cp".into());
+        if let Some(s) = p.cp_strategy {
+            a.push("--cp-strategy".into());
+            a.push(s.to_string());
+        }
+    }
+    let mut flag = |f: &str, v: String| {
+        a.push(f.to_owned());
+        a.push(v);
+    };
+    flag("--dcp-size", p.dcp.to_string());
+    if let Some(ps) = kv.page_size {
+        flag("--page-size", ps.to_string());
+    }
+    flag("--kv-cache-dtype", kv.kv_cache_dtype.to_string());
+    flag("--host", "0.0.0.0".into());
+    flag("--port", DEFAULT_HTTP_PORT.to_string());
+    let nnodes = rs.nodes_per_instance();
+    if nnodes > 1 {
+        flag("--dist-init-addr", format!("{}:{DIST_INIT_PORT}", leader_host(name, ns, role, instance, set)));
+        flag("--nnodes", nnodes.to_string());
+        flag("--node-rank", node.to_string());
+    }
+    if rs.enable_kv_cache_sharding {
+        a.push("--enable-kv-cache-sharding".into());
+    }
+    if rs.enable_dsa_cache_layer_split {
+        a.push("--enable-dsa-cache-layer-split".into());
+    }
+    a.extend(rs.template.extra_args.iter().cloned());
+    a
+}
+
+/// Program that runs the engine: SGLang, or the stand-in (`pd-sim`) with the same flags.
+pub fn engine_command(spec: &PDDeploymentSpec) -> Vec<String> {
+    match spec.engine.engine_type {
+        EngineType::Sglang => vec!["python3".into(), "-m".into(), "sglang.launch_server".into()],
+        EngineType::Sim => vec!["pd-sim".into(), "engine".into()],
+    }
+}
+
+fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
+    spec.engine.image.clone().unwrap_or_else(|| match spec.engine.engine_type {
+        EngineType::Sglang => crate::release::default_image(&spec.engine),
+        EngineType::Sim => opts.sim_image.clone(),
+    })
+}
+
+fn owner_refs(pdd: &PDDeployment) -> Option<Vec<OwnerReference>> {
+    pdd.controller_owner_ref(&()).map(|o| vec![o])
+}
+
+fn meta(name: String, ns: &str, labels: BTreeMap<String, String>, owners: &Option<Vec<OwnerReference>>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(ns.to_owned()),
+        labels: Some(labels),
+        owner_references: owners.clone(),
+        ..Default::default()
+    }
+}
+
+fn env_value(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, port: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction { path: Some(path.into()), port: IntOrString::String(port.into()), ..Default::default() }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort { name: Some(name.into()), container_port: i32::from(number), ..Default::default() }
+}
+
+/// Security settings of containers pd-operator itself runs (`restricted` Pod Security Standard).
+pub fn restricted_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(65532),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn handshake_sidecar(opts: &RenderOptions) -> Container {
+    Container {
+        name: "handshake".into(),
+        image: Some(opts.operator_image.clone()),
+        command: Some(vec!["pd-operator".into()]),
+        args: Some(vec![
+            "handshake".into(),
+            "run".into(),
+            "--decode".into(),
+            format!("{HANDSHAKE_MOUNT}/decode.json"),
+            "--prefill-file".into(),
+            format!("{HANDSHAKE_MOUNT}/prefill-addresses"),
+            "--pod".into(),
+            "$(POD_NAMESPACE)/$(POD_NAME)".into(),
+            "--listen".into(),
+            format!("0.0.0.0:{HANDSHAKE_PORT}"),
+        ]),
+        env: Some(vec![env_field("POD_NAME", "metadata.name"), env_field("POD_NAMESPACE", "metadata.namespace")]),
+        ports: Some(vec![port("handshake", HANDSHAKE_PORT)]),
+        // A native sidecar: started before the engine and kept running beside it.
+        restart_policy: Some("Always".into()),
+        startup_probe: Some(http_probe("/livez", "handshake", 2, 30)),
+        volume_mounts: Some(vec![
+            VolumeMount { name: "handshake".into(), mount_path: HANDSHAKE_MOUNT.into(), read_only: Some(true), ..Default::default() },
+            VolumeMount { name: "handshake-token".into(), mount_path: TOKEN_MOUNT.into(), read_only: Some(true), ..Default::default() },
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".into(), Quantity("10m".into())), ("memory".into(), Quantity("16Mi".into()))])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Mi".into()))])),
+            ..Default::default()
+        }),
+        security_context: Some(restricted_security_context()),
+        ..Default::default()
+    }
+}
+
+/// The in-cluster credentials of the sidecar alone: a short-lived token, the cluster CA and the
+/// namespace, laid out as the automounted ones are.
+fn token_volume() -> Volume {
+    Volume {
+        name: "handshake-token".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".into(),
+                        expiration_seconds: Some(3607),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".into(),
+                        items: Some(vec![KeyToPath { key: "ca.crt".into(), path: "ca.crt".into(), ..Default::default() }]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector { field_path: "metadata.namespace".into(), ..Default::default() }),
+                            ..Default::default()
+                        }]),
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The sidecar's permissions: patch `pods/status` of exactly this PDDeployment's decode pods (the
+/// readiness-gate condition and the rank map annotation), nothing else.
+fn handshake_rbac(
+    spec: &PDDeploymentSpec,
+    name: &str,
+    ns: &str,
+    set: u32,
+    owners: &Option<Vec<OwnerReference>>,
+) -> (Option<ServiceAccount>, RbacRole, RoleBinding) {
+    let labels = common_labels(name, "decode");
+    let account = decode_service_account(spec, name);
+    let own_account = spec.decode.template.service_account_name.is_none().then(|| ServiceAccount {
+        metadata: meta(account.clone(), ns, labels.clone(), owners),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    });
+    let mut pods: Vec<String> = Vec::new();
+    for i in 0..spec.instances(Role::Decode) {
+        for node in 0..spec.decode.nodes_per_instance() {
+            pods.push(pod_name(name, Role::Decode, i, node, set));
+        }
+    }
+    let role = RbacRole {
+        metadata: meta(handshake_rbac_name(name), ns, labels.clone(), owners),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["pods/status".into()]),
+            verbs: vec!["patch".into()],
+            // An empty list would mean every pod; with no decode pod, grant nothing.
+            resource_names: Some(if pods.is_empty() { vec![format!("{name}-decode-none")] } else { pods }),
+            ..Default::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: meta(handshake_rbac_name(name), ns, labels, owners),
+        role_ref: RoleRef { api_group: Some("rbac.authorization.k8s.io".into()), kind: "Role".into(), name: handshake_rbac_name(name) },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: account,
+            namespace: Some(ns.to_owned()),
+            ..Default::default()
+        }]),
+    };
+    (own_account, role, binding)
+}
+
+/// Lets the sidecar of each of `pods` (decode pods of an older KV set, still running) patch its
+/// own gate too.
+pub fn grant_decode_pods(rendered: &mut Rendered, name: &str, pods: impl IntoIterator<Item = String>) {
+    let wanted = handshake_rbac_name(name);
+    let Some(role) = rendered.roles.iter_mut().find(|r| r.metadata.name.as_deref() == Some(wanted.as_str())) else { return };
+    if let Some(names) = role.rules.as_mut().and_then(|r| r.first_mut()).and_then(|r| r.resource_names.as_mut()) {
+        names.extend(pods);
+    }
+}
+
+/// Where one engine pod sits: which PDDeployment, role, instance and node, at which revision.
+struct PodSlot<'a> {
+    spec: &'a PDDeploymentSpec,
+    role: Role,
+    name: &'a str,
+    ns: &'a str,
+    instance: u32,
+    node: u32,
+    set: u32,
+    revision: &'a str,
+    /// The KV contract of this role's pods (`KV_CONTRACT`).
+    contract: &'a str,
+    owners: &'a Option<Vec<OwnerReference>>,
+    opts: &'a RenderOptions,
+}
+
+impl PodSlot<'_> {
+    fn template(&self) -> &pd_api::RoleTemplate {
+        &self.spec.role(self.role).template
+    }
+
+    fn env(&self) -> Vec<EnvVar> {
+        let mut env = vec![env_field("SGLANG_HOST_IP", "status.podIP")];
+        if self.spec.kv_transfer.all_cp_ranks_transfer {
+            env.push(env_value("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "true"));
+        }
+        env.extend(self.template().env.iter().cloned());
+        env
+    }
+
+    /// The template's resources, plus the role's GPUs for the real engine.
+    fn resources(&self) -> ResourceRequirements {
+        let rs = self.spec.role(self.role);
+        let mut resources = rs.template.resources.clone().unwrap_or_default();
+        if self.spec.engine.engine_type == EngineType::Sglang {
+            let gpus = Quantity(rs.gpus_per_pod().to_string());
+            resources.limits.get_or_insert_with(BTreeMap::new).insert(GPU_RESOURCE.into(), gpus.clone());
+            if let Some(req) = resources.requests.as_mut() {
+                req.insert(GPU_RESOURCE.into(), gpus);
+            }
+        }
+        resources
+    }
+
+    fn engine_container(&self) -> Container {
+        let (spec, role, node) = (self.spec, self.role, self.node);
+        let mut ports = vec![port("http", DEFAULT_HTTP_PORT)];
+        if role == Role::Prefill && node == 0 {
+            ports.push(port("bootstrap", spec.kv_transfer.bootstrap_port));
+        }
+        if spec.role(role).nodes_per_instance() > 1 {
+            ports.push(port("dist-init", DIST_INIT_PORT));
+        }
+        let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
+        mounts.extend(self.template().volume_mounts.iter().cloned());
+        // Only the leader of a multi-node instance serves HTTP.
+        let leader = node == 0;
+        Container {
+            name: "engine".into(),
+            image: Some(engine_image(spec, self.opts)),
+            image_pull_policy: spec.engine.image_pull_policy.clone(),
+            command: Some(engine_command(spec)),
+            args: Some(engine_args(spec, role, self.name, self.ns, self.instance, node, self.set)),
+            env: Some(self.env()),
+            ports: Some(ports),
+            resources: Some(self.resources()),
+            readiness_probe: leader.then(|| http_probe("/health", "http", 10, 3)),
+            // Model loading can take long; the startup probe holds liveness checks off until then.
+            startup_probe: leader.then(|| http_probe("/health", "http", 10, 360)),
+            volume_mounts: Some(mounts),
+            security_context: self.template().security_context.clone(),
+            ..Default::default()
+        }
+    }
+
+    fn volumes(&self) -> Vec<Volume> {
+        let t = self.template();
+        let mut volumes = vec![Volume {
+            name: "dshm".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(t.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM.into()))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }];
+        volumes.extend(t.volumes.iter().cloned());
+        volumes
+    }
+
+    fn pod(&self) -> Pod {
+        let t = self.template();
+        let mut labels = t.labels.clone();
+        labels.extend(common_labels(self.name, self.role.as_str()));
+        labels.insert(LABEL_INSTANCE.into(), self.instance.to_string());
+        labels.insert(LABEL_NODE_RANK.into(), self.node.to_string());
+        labels.insert(LABEL_REVISION.into(), self.revision.into());
+        labels.insert(LABEL_SERVING.into(), "true".into());
+        labels.insert(LABEL_KV_SET.into(), self.set.to_string());
+        labels.insert(LABEL_ENGINE.into(), "true".into());
+        let pod_name = pod_name(self.name, self.role, self.instance, self.node, self.set);
+        let mut metadata = meta(pod_name.clone(), self.ns, labels, self.owners);
+        let mut annotations = t.annotations.clone();
+        annotations.insert(KV_CONTRACT.into(), self.contract.to_owned());
+        if self.role == Role::Prefill && self.node == 0 {
+            // Where the router's discovery learns the bootstrap port it stamps into requests.
+            annotations.insert(BOOTSTRAP_PORT_ANNOTATION.into(), self.spec.kv_transfer.bootstrap_port.to_string());
+        }
+        metadata.annotations = Some(annotations);
+        let mut spec = PodSpec {
+            hostname: Some(pod_name),
+            subdomain: Some(engines_name(self.name)),
+            // A multi-node engine cannot survive a lost rank: the controller recreates the instance.
+            restart_policy: Some("Never".into()),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(60),
+            host_network: t.host_network.then_some(true),
+            dns_policy: t.host_network.then(|| "ClusterFirstWithHostNet".into()),
+            node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
+            tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
+            affinity: t.affinity.clone(),
+            service_account_name: t.service_account_name.clone(),
+            priority_class_name: t.priority_class_name.clone(),
+            scheduler_name: t.scheduler_name.clone(),
+            containers: vec![self.engine_container()],
+            volumes: Some(self.volumes()),
+            ..Default::default()
+        };
+        if self.role == Role::Decode {
+            self.add_handshake(&mut spec);
+        }
+        placement::place(self.spec, self.name, (self.role, self.instance, self.set), self.opts, &mut spec);
+        Pod { metadata, spec: Some(spec), status: None }
+    }
+
+    /// A decode pod's handshake: the sidecar, its readiness gate, its ConfigMap and token, and
+    /// (unless the template names one) the ServiceAccount that exists for the sidecar alone.
+    fn add_handshake(&self, spec: &mut PodSpec) {
+        spec.init_containers = Some(vec![handshake_sidecar(self.opts)]);
+        spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: crate::handshake::HANDSHAKE_CONDITION.into() }]);
+        let volumes = spec.volumes.get_or_insert_with(Vec::new);
+        volumes.push(Volume {
+            name: "handshake".into(),
+            config_map: Some(ConfigMapVolumeSource { name: handshake_config_name(self.name, self.set), ..Default::default() }),
+            ..Default::default()
+        });
+        volumes.push(token_volume());
+        if spec.service_account_name.is_none() {
+            // Our ServiceAccount exists for the sidecar alone: the engine gets no token.
+            spec.service_account_name = Some(decode_service_account(self.spec, self.name));
+            spec.automount_service_account_token = Some(false);
+        }
+    }
+}
+
+/// One headless Service for both roles' engine pods: it gives each its DNS name
+/// (`{pod}.{name}-engines.{ns}.svc`, through the pods' hostname and subdomain). One per role cost
+/// the cluster a second Service and its Endpoints and EndpointSlice per PDDeployment.
+fn headless_service(pdd_spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Service {
+    let ports = vec![
+        ServicePort { name: Some("http".into()), port: i32::from(DEFAULT_HTTP_PORT), ..Default::default() },
+        ServicePort { name: Some("bootstrap".into()), port: i32::from(pdd_spec.kv_transfer.bootstrap_port), ..Default::default() },
+    ];
+    let selector = BTreeMap::from([(LABEL_DEPLOYMENT.to_owned(), name.to_owned()), (LABEL_ENGINE.to_owned(), "true".to_owned())]);
+    Service {
+        metadata: meta(engines_name(name), ns, common_labels(name, ENGINES), owners),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            // Ranks must find their leader by DNS before anything is Ready.
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector),
+            ports: Some(ports),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The annotation smg's Kubernetes discovery reads a prefill pod's bootstrap port from (fixed in
+/// smg 1.13.0; no flag renames it).
+pub const BOOTSTRAP_PORT_ANNOTATION: &str = "sglang.ai/bootstrap-port";
+/// Where the router serves Prometheus metrics (`smg_*`; smg's own default port, made explicit).
+pub const ROUTER_METRICS_PORT: u16 = 29000;
+/// How long a router pod on its way out keeps serving before SIGTERM, while endpoints update.
+const ROUTER_PRE_STOP_SECONDS: i64 = 5;
+/// How long a router pod may take, after SIGTERM, to finish the requests in flight.
+const ROUTER_GRACE_SECONDS: i64 = 120;
+/// What runs the router: SGLang's model gateway, for both engine types.
+const ROUTER_COMMAND: [&str; 3] = ["python3", "-m", "smg.launch_router"];
+
+/// Name of the router's ServiceAccount, Role and RoleBinding (as of its Deployment and Service).
+pub fn router_rbac_name(name: &str) -> String {
+    router_name(name)
+}
+
+/// The labels smg's discovery selects one role's serving pods by: the leader (node 0) of each
+/// instance, the only pod of a multi-node instance that serves HTTP, while it is in the pool (an
+/// instance being drained leaves it before its pods are deleted), of the one KV set it pairs.
+fn discovery_selector(name: &str, role: Role, set: u32) -> Vec<String> {
+    vec![
+        format!("{LABEL_DEPLOYMENT}={name}"),
+        format!("{LABEL_ROLE}={}", role.as_str()),
+        format!("{LABEL_NODE_RANK}=0"),
+        format!("{LABEL_SERVING}=true"),
+        format!("{LABEL_KV_SET}={set}"),
+    ]
+}
+
+/// smg's argv: PD mode, workers found by watching this namespace's pods (only Ready ones are
+/// routed, so a decode joins once its handshake gate passes, and scaling needs no restart);
+/// prefill bootstrap ports come from the pods' `sglang.ai/bootstrap-port` annotation.
+pub fn router_args(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32) -> Vec<String> {
+    let r = &spec.router;
+    let mut args: Vec<String> =
+        ["--pd-disaggregation", "--discovery-provider", "kubernetes", "--service-discovery-namespace", ns].map(String::from).into();
+    args.extend(["--service-discovery-port".into(), DEFAULT_HTTP_PORT.to_string()]);
+    args.push("--prefill-selector".into());
+    args.extend(discovery_selector(name, Role::Prefill, set));
+    args.push("--decode-selector".into());
+    args.extend(discovery_selector(name, Role::Decode, set));
+    args.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), r.port.to_string(), "--policy".into(), r.policy.to_string()]);
+    args.extend(["--prometheus-host".into(), "0.0.0.0".into(), "--prometheus-port".into(), ROUTER_METRICS_PORT.to_string()]);
+    args.extend(r.extra_args.iter().cloned());
+    args
+}
+
+/// The router's own identity: read (get, list, watch) the pods of its namespace, which smg's
+/// discovery watches; nothing else. Returns the ServiceAccount, Role and RoleBinding.
+fn router_rbac(name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> (ServiceAccount, RbacRole, RoleBinding) {
+    let labels = common_labels(name, ROUTER_ROLE);
+    let rbac = router_rbac_name(name);
+    let account = ServiceAccount { metadata: meta(rbac.clone(), ns, labels.clone(), owners), ..Default::default() };
+    let role = RbacRole {
+        metadata: meta(rbac.clone(), ns, labels.clone(), owners),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: ["get", "list", "watch"].map(String::from).into(),
+            ..Default::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: meta(rbac.clone(), ns, labels, owners),
+        role_ref: RoleRef { api_group: Some("rbac.authorization.k8s.io".into()), kind: "Role".into(), name: rbac.clone() },
+        subjects: Some(vec![Subject { kind: "ServiceAccount".into(), name: rbac, namespace: Some(ns.to_owned()), ..Default::default() }]),
+    };
+    (account, role, binding)
+}
+
+fn router_container(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32) -> Container {
+    let r = &spec.router;
+    Container {
+        name: "router".into(),
+        image: Some(r.image.clone().unwrap_or_else(|| DEFAULT_ROUTER_IMAGE.into())),
+        image_pull_policy: spec.engine.image_pull_policy.clone(),
+        command: Some(ROUTER_COMMAND.map(String::from).into()),
+        args: Some(router_args(spec, name, ns, set)),
+        ports: Some(vec![port("http", r.port), port("metrics", ROUTER_METRICS_PORT)]),
+        // smg's `/readiness` answers 200 only with a healthy prefill and decode to pair: a router
+        // pod that takes over another set's traffic is sent none before it can serve it.
+        readiness_probe: Some(http_probe("/readiness", "http", 2, 3)),
+        liveness_probe: Some(http_probe("/liveness", "http", 10, 3)),
+        // Out of the Service's endpoints before smg starts its graceful shutdown (it finishes the
+        // requests in flight within the grace period).
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler { sleep: Some(SleepAction { seconds: ROUTER_PRE_STOP_SECONDS }), ..Default::default() }),
+            ..Default::default()
+        }),
+        resources: r.resources.clone(),
+        security_context: Some(restricted_security_context()),
+        ..Default::default()
+    }
+}
+
+fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32, owners: &Option<Vec<OwnerReference>>) -> (Deployment, Service) {
+    let r = &spec.router;
+    let labels = common_labels(name, ROUTER_ROLE);
+    // The set it pairs, on its pods only: a Deployment's selector cannot change.
+    let mut pod_labels = labels.clone();
+    pod_labels.insert(LABEL_KV_SET.into(), set.to_string());
+    let pod_spec = PodSpec {
+        containers: vec![router_container(spec, name, ns, set)],
+        service_account_name: Some(router_rbac_name(name)),
+        enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(ROUTER_GRACE_SECONDS),
+        ..Default::default()
+    };
+    let deployment = Deployment {
+        // The set on the Deployment too: the controller's cache of Deployments drops the template.
+        metadata: meta(router_name(name), ns, pod_labels.clone(), owners),
+        spec: DeploymentSpec {
+            replicas: Some(r.replicas),
+            selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..Default::default() }),
+                spec: Some(pod_spec),
+            },
+            ..Default::default()
+        },
+        status: None,
+    };
+    let service = Service {
+        metadata: meta(router_name(name), ns, labels.clone(), owners),
+        spec: Some(ServiceSpec {
+            selector: Some(labels),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: i32::from(r.port),
+                target_port: Some(IntOrString::String("http".into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    (deployment, service)
+}
+
+/// Which KV sets one render is for: `target` gets the engine pods, their handshake ConfigMap and
+/// gangs; the router pairs the pods of `routed` (the same set, except while a new set comes up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvSets {
+    pub target: u32,
+    pub routed: u32,
+}
+
+/// What a spec's engine pods would be, worked out once per reconcile: the spec with the page size
+/// both roles run with (`resolve::with_page_size`), and per role its revision and KV contract.
+/// The KV-set decision and the render both read it.
+#[derive(Clone, Debug)]
+pub struct Intent {
+    pub pinned: PDDeploymentSpec,
+    revisions: [String; 2],
+    contracts: [String; 2],
+}
+
+impl Intent {
+    pub fn new(spec: &PDDeploymentSpec, facts: &ModelFacts, opts: &RenderOptions) -> Result<Self, RenderError> {
+        let pinned = crate::resolve::with_page_size(spec, facts);
+        let revisions = [Role::Prefill, Role::Decode].map(|role| role_revision(spec, role, opts));
+        let contracts = [kv_contract(&pinned, facts, Role::Prefill)?, kv_contract(&pinned, facts, Role::Decode)?];
+        Ok(Self { pinned, revisions, contracts })
+    }
+    pub fn revision(&self, role: Role) -> &str {
+        &self.revisions[role as usize]
+    }
+    pub fn contract(&self, role: Role) -> &str {
+        &self.contracts[role as usize]
+    }
+}
+
+/// What the pods of `role` report in the handshake, and the model they serve (`KV_CONTRACT`).
+/// `pinned` is the spec with the page size both roles use.
+pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Result<String, RenderError> {
+    let model = serde_json::json!({"path": pinned.model.path, "revision": pinned.model.revision});
+    let side = match role {
+        Role::Prefill => crate::resolve::prefill_info(pinned, facts).to_body(),
+        Role::Decode => serde_json::to_value(crate::resolve::decode_topology(pinned, facts))
+            .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?,
+    };
+    Ok(serde_json::json!({"model": model, role.as_str(): side}).to_string())
+}
+
+/// Renders every child object of `pdd` for KV set 0 (what `pd-operator render` prints).
+pub fn render(pdd: &PDDeployment, facts: &ModelFacts, opts: &RenderOptions) -> Result<Rendered, RenderError> {
+    render_sets(pdd, facts, &Intent::new(&pdd.spec, facts, opts)?, opts, KvSets::default())
+}
+
+/// The engine pods of KV set `set`, one entry per instance slot of each role (surge included).
+fn engine_instances(
+    intent: &Intent,
+    at: (&str, &str, u32),
+    owners: &Option<Vec<OwnerReference>>,
+    opts: &RenderOptions,
+) -> Vec<InstancePods> {
+    let (name, ns, set) = at;
+    let pinned = &intent.pinned;
+    let mut out = Vec::new();
+    for role in [Role::Prefill, Role::Decode] {
+        let rs = pinned.role(role);
+        let (revision, contract) = (intent.revision(role), intent.contract(role));
+        for instance in 0..pinned.instance_slots(role) {
+            let pods = (0..rs.nodes_per_instance())
+                .map(|node| {
+                    let slot = PodSlot { spec: pinned, role, name, ns, instance, node, set, revision, contract, owners, opts };
+                    slot.pod()
+                })
+                .collect();
+            out.push(InstancePods { role, index: instance, revision: revision.to_owned(), pods });
+        }
+    }
+    out
+}
+
+/// Renders every child object of `pdd`; `facts` is the resolved model (see `model::resolve`).
+/// `intent` is `Intent::new` of `pdd.spec`.
+pub fn render_sets(
+    pdd: &PDDeployment,
+    facts: &ModelFacts,
+    intent: &Intent,
+    opts: &RenderOptions,
+    sets: KvSets,
+) -> Result<Rendered, RenderError> {
+    let name = pdd.metadata.name.as_deref().ok_or(RenderError::NoName)?;
+    let ns = pdd.metadata.namespace.clone().unwrap_or_else(|| opts.default_namespace.clone());
+    let spec = &pdd.spec;
+    for (role, rs) in [("prefill", &spec.prefill), ("decode", &spec.decode)] {
+        let p = &rs.parallelism;
+        if [p.tp, p.dp, p.attn_dp, p.pp, p.attn_cp, p.dcp, rs.gpus_per_node].contains(&0) {
+            return Err(RenderError::ZeroSize(role));
+        }
+    }
+    let owners = owner_refs(pdd);
+    let mut out = Rendered::default();
+    out.services.push(headless_service(spec, name, &ns, &owners));
+    let set = sets.target;
+    let prefill_addresses: Vec<String> =
+        (0..spec.instances(Role::Prefill)).map(|i| bootstrap_address(name, &ns, i, spec.kv_transfer.bootstrap_port, set)).collect();
+    // Engines and the sidecar get the page size the operator passes to both roles (the spec's,
+    // or the one both resolve when it is unset); the revision stays the spec's.
+    let decode = crate::resolve::decode_topology(&intent.pinned, facts);
+    out.page_size = u32::try_from(decode.page_size).unwrap_or_default();
+    let decode_json =
+        serde_json::to_string_pretty(&decode).map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?;
+    let mut labels = common_labels(name, "decode");
+    labels.insert(LABEL_KV_SET.into(), set.to_string());
+    out.config_maps.push(ConfigMap {
+        metadata: meta(handshake_config_name(name, set), &ns, labels, &owners),
+        data: Some(BTreeMap::from([
+            ("decode.json".into(), decode_json),
+            ("prefill-addresses".into(), prefill_addresses.join("\n") + "\n"),
+        ])),
+        ..Default::default()
+    });
+    let (account, role, binding) = handshake_rbac(spec, name, &ns, set, &owners);
+    out.service_accounts.extend(account);
+    out.roles.push(role);
+    out.role_bindings.push(binding);
+    let (instances, surge) =
+        engine_instances(intent, (name, &ns, set), &owners, opts).into_iter().partition(|i| i.index < spec.instances(i.role));
+    (out.instances, out.surge) = (instances, surge);
+    out.network_policies = netpol::policies(spec, name, &ns, &owners);
+    out.pod_groups = placement::pod_groups(spec, name, &ns, set, &owners, opts);
+    if spec.router.enabled {
+        let (deployment, service) = router_objects(spec, name, &ns, sets.routed, &owners);
+        let (account, role, binding) = router_rbac(name, &ns, &owners);
+        out.service_accounts.push(account);
+        out.roles.push(role);
+        out.role_bindings.push(binding);
+        out.services.push(service);
+        out.deployments.push(deployment);
+    }
+    Ok(out)
+}

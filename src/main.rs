@@ -1,9 +1,0 @@
-use std::process::ExitCode;
-
-use clap::Parser;
-
-fn main() -> ExitCode {
-    let cli = pd_operator::cli::Cli::parse();
-    pd_operator::telemetry::init(&cli.logging);
-    pd_operator::cli::run(cli)
-}

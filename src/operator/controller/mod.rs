@@ -1,0 +1,906 @@
+//! The reconciler: read → validate → render (pure) → plan (pure) → apply → status.
+
+mod cache;
+pub mod leader;
+pub mod metrics;
+mod reconcile;
+pub mod watchdog;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use cache::{Cache, cached};
+use metrics::{AdminState, Metrics};
+use pd_api::PDDeployment;
+use pd_core::model::HfConfig;
+use pd_core::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions};
+use pd_core::{plan, sets, status};
+
+pub const FIELD_MANAGER: &str = "pd-operator";
+const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
+/// How long this process remembers its own status writes: by then the cache has caught up.
+const STATUS_MEMORY: Duration = Duration::from_secs(300);
+const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Progress-only status changes (counts, messages) are written at most this often per
+/// PDDeployment: pods of a new PDDeployment turn ready one by one, and each would be a write.
+const STATUS_MIN_INTERVAL: Duration = Duration::from_secs(2);
+const STATUS_MAX_INTERVAL: Duration = Duration::from_secs(10);
+const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
+/// How long a pod this process created is presumed to exist while the cache does not show it.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+const BACKOFF_BASE: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// An instance not recreated for this long starts its backoff afresh (and its entry is dropped,
+/// so instances of deleted PDDeployments are not remembered for ever).
+const BACKOFF_FORGET: Duration = Duration::from_secs(900);
+/// Each watch retries after an error within these bounds (jittered, doubling).
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("render: {0}")]
+    Render(#[from] RenderError),
+    #[error("{0} has no namespace or name")]
+    Unnamed(&'static str),
+    #[error("a child cache stopped")]
+    CacheClosed,
+    #[error("the spec's own KV contract does not read back: {0}")]
+    KvContract(#[from] sets::ContractError),
+    #[error("could not serialize {what}: {source}")]
+    Serialize { what: String, source: serde_json::Error },
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "client",
+            Error::Render(_) => "render",
+            Error::Unnamed(_) => "unnamed",
+            Error::CacheClosed => "cache",
+            Error::KvContract(_) => "kv_contract",
+            Error::Serialize { .. } => "serialize",
+        }
+    }
+
+    /// The apiserver refused a new object because its namespace is being deleted; the
+    /// PDDeployment goes with the namespace, so retrying only repeats the refusal.
+    fn namespace_terminating(&self) -> bool {
+        let Error::Kube(kube::Error::Api(status)) = self else { return false };
+        status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+    }
+}
+
+/// Settings of `pd-operator controller`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub admin_addr: SocketAddr,
+    pub render: RenderOptions,
+    /// Watch one namespace, or all when None.
+    pub namespace: Option<String>,
+    /// Reconciles running at once (0: no limit).
+    pub max_concurrent_reconciles: u16,
+    /// Reconcile an unchanged PDDeployment this often.
+    pub resync: Duration,
+    pub leader_election: Option<LeaderSettings>,
+    pub webhook: Option<crate::webhook::WebhookSettings>,
+    /// Ask the cluster at start whether it serves Kubernetes' gang scheduling API (false: take it
+    /// as not served, whatever the cluster says). The answer is `render.workload_api`.
+    pub discover_workload_api: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaderSettings {
+    pub namespace: String,
+    pub lease: String,
+    pub identity: String,
+}
+
+pub struct Context {
+    client: Client,
+    recorder: Recorder,
+    render: RenderOptions,
+    metrics: Arc<Metrics>,
+    resync: Duration,
+    /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
+    backoff: Mutex<HashMap<String, (u32, Instant)>>,
+    /// The operator's children as the watches see them: reconciles read these, never LIST.
+    stores: ChildStores,
+    /// What this process last wrote to each PDDeployment's status, and when (`ns/name/uid`). It is
+    /// the only status writer, so this is newer than a lagging cache: transitions and "nothing
+    /// changed" are judged against it, or stale views would rewrite old timestamps back and forth.
+    status_written: Mutex<HashMap<String, (Instant, pd_api::PDDeploymentStatus)>>,
+    /// Pods this process created that the pod cache may not show yet (`ns/name` → when).
+    expected_pods: Mutex<HashMap<String, Instant>>,
+}
+
+/// Reflector caches of every child kind the operator owns (label `managed-by=pd-operator`).
+#[derive(Clone)]
+pub struct ChildStores {
+    pods: Cache<Pod>,
+    services: Cache<Service>,
+    config_maps: Cache<ConfigMap>,
+    deployments: Cache<Deployment>,
+    service_accounts: Cache<ServiceAccount>,
+    roles: Cache<Role>,
+    role_bindings: Cache<RoleBinding>,
+    network_policies: Cache<NetworkPolicy>,
+    /// Only where the cluster serves Kubernetes' gang scheduling API.
+    pod_groups: Option<Cache<PodGroup>>,
+}
+
+impl ChildStores {
+    /// Waits for every cache's first full list (instant once they have it).
+    async fn ready(&self) -> Result<(), Error> {
+        let waits = futures::future::try_join4(
+            self.pods.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.deployments.wait_until_ready(),
+        );
+        let rbac = futures::future::try_join4(
+            self.service_accounts.wait_until_ready(),
+            self.roles.wait_until_ready(),
+            self.role_bindings.wait_until_ready(),
+            self.network_policies.wait_until_ready(),
+        );
+        let gangs = async {
+            match &self.pod_groups {
+                Some(store) => store.wait_until_ready().await,
+                None => Ok(()),
+            }
+        };
+        futures::future::try_join3(waits, rbac, gangs).await.map(|_| ()).map_err(|_| Error::CacheClosed)
+    }
+
+    /// The watchdog's check of every child cache against a metadata list of the same scope and
+    /// `selector`, by kind (see `watchdog`).
+    async fn divergence(
+        &self,
+        client: &Client,
+        ns: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<(&'static str, watchdog::Divergence)>, kube::Error> {
+        let sel = Some(selector);
+        let (pods, services, config_maps, deployments, accounts, roles, bindings, policies) = futures::try_join!(
+            watchdog::check(scoped(client, ns), sel, &self.pods),
+            watchdog::check(scoped(client, ns), sel, &self.services),
+            watchdog::check(scoped(client, ns), sel, &self.config_maps),
+            watchdog::check(scoped(client, ns), sel, &self.deployments),
+            watchdog::check(scoped(client, ns), sel, &self.service_accounts),
+            watchdog::check(scoped(client, ns), sel, &self.roles),
+            watchdog::check(scoped(client, ns), sel, &self.role_bindings),
+            watchdog::check(scoped(client, ns), sel, &self.network_policies),
+        )?;
+        let groups = match &self.pod_groups {
+            Some(store) => Some(("podgroups", watchdog::check(scoped(client, ns), sel, store).await?)),
+            None => None,
+        };
+        Ok([
+            ("pods", pods),
+            ("services", services),
+            ("configmaps", config_maps),
+            ("deployments", deployments),
+            ("serviceaccounts", accounts),
+            ("roles", roles),
+            ("rolebindings", bindings),
+            ("networkpolicies", policies),
+        ]
+        .into_iter()
+        .chain(groups)
+        .collect())
+    }
+}
+
+/// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
+/// error, not the hash of nothing: every such object would share that hash, and a changed child
+/// would look unchanged.
+fn digest<T: Serialize>(obj: &T) -> Result<String, serde_json::Error> {
+    let bytes = serde_json::to_vec(obj)?;
+    Ok(Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect())
+}
+
+fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.uid == uid)
+}
+
+impl Context {
+    fn new(client: Client, settings: &Settings, metrics: Arc<Metrics>, stores: ChildStores) -> Self {
+        let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            render: settings.render.clone(),
+            metrics,
+            resync: settings.resync,
+            backoff: Mutex::default(),
+            stores,
+            status_written: Mutex::default(),
+            expected_pods: Mutex::default(),
+        }
+    }
+
+    async fn event(&self, pdd: &PDDeployment, type_: EventType, reason: &str, action: &str, note: String) {
+        let ev =
+            Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&ev, &pdd.object_ref(&())).await {
+            warn!(error = %e, reason, "could not publish event");
+        }
+    }
+
+    /// Server-side apply of `obj` under the operator's one field manager, counted as a write.
+    async fn apply<K>(&self, api: &Api<K>, name: &str, obj: &K) -> Result<K, kube::Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        self.metrics.write("apply", K::plural(&()).as_ref());
+        api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await
+    }
+
+    /// Applies each support object whose desired content changed, then deletes leftovers.
+    async fn sync_children<K>(&self, store: &Cache<K>, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        self.sync_children_keeping(store, (ns, name, uid), desired, &BTreeSet::new()).await
+    }
+
+    /// `sync_children`, except that a child of a KV set in `keep` (`pd.inference.dev/kv-set`) is
+    /// not deleted when it is not rendered.
+    async fn sync_children_keeping<K>(
+        &self,
+        store: &Cache<K>,
+        owner: (&str, &str, &str),
+        desired: &[K],
+        keep: &BTreeSet<String>,
+    ) -> Result<Vec<K>, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let (ns, name, uid) = owner;
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        let existing = store.children(ns, name, uid);
+        // Unchanged children are kept from the cache; the changed ones are applied at once.
+        let mut current: Vec<Option<K>> = Vec::with_capacity(desired.len());
+        let mut changed = Vec::new();
+        for want in desired {
+            let mut want = want.clone();
+            let wname = want.meta().name.clone().unwrap_or_default();
+            let hash = digest(&want).map_err(|source| Error::Serialize { what: format!("{} {ns}/{wname}", K::kind(&())), source })?;
+            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
+            let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
+            if let Some(have) = have.filter(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) == Some(&hash)) {
+                current.push(Some(K::clone(have)));
+                continue;
+            }
+            current.push(None);
+            changed.push((current.len() - 1, wname, want));
+        }
+        let applied = futures::future::try_join_all(changed.iter().map(|(_, wname, want)| self.apply(&api, wname, want))).await?;
+        for ((slot, _, _), obj) in changed.iter().zip(applied) {
+            current[*slot] = Some(obj);
+        }
+        for leftover in &existing {
+            let lname = leftover.meta().name.clone().unwrap_or_default();
+            let kept =
+                leftover.meta().labels.as_ref().and_then(|l| l.get(pd_core::render::LABEL_KV_SET)).is_some_and(|set| keep.contains(set));
+            if !kept && !desired.iter().any(|d| d.meta().name.as_deref() == Some(lname.as_str())) {
+                self.metrics.write("delete", K::plural(&()).as_ref());
+                match api.delete(&lname, &DeleteParams::background()).await {
+                    // The cache may lag behind a delete this process already made.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                    Ok(_) => {}
+                }
+            }
+        }
+        Ok(current.into_iter().flatten().collect())
+    }
+
+    fn expected_pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.expected_pods.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The newest status this process knows for a PDDeployment: its own last write, else the cache's.
+    fn known_status(&self, key: &str, pdd: &PDDeployment) -> Option<pd_api::PDDeploymentStatus> {
+        let written = self.status_written.lock().unwrap_or_else(|p| p.into_inner());
+        written.get(key).map(|(_, s)| s.clone()).or_else(|| pdd.status.clone())
+    }
+
+    /// Whether pod `ns/name` was created by this process within the expectation TTL (and is
+    /// therefore only missing from a lagging cache). Expired entries are dropped.
+    fn expecting(&self, ns: &str, pod: &str) -> bool {
+        let mut map = self.expected_pods();
+        map.retain(|_, at| at.elapsed() < EXPECTATION_TTL);
+        map.contains_key(&format!("{ns}/{pod}"))
+    }
+
+    /// Records a pod this process just created.
+    fn expect_pod(&self, ns: &str, pod: &str) {
+        self.expected_pods().insert(format!("{ns}/{pod}"), Instant::now());
+    }
+
+    /// Stops presuming pod `ns/name` exists: the cache shows it, or this process deletes it.
+    fn forget_pods<'a>(&self, ns: &str, pods: impl IntoIterator<Item = &'a str>) {
+        let mut map = self.expected_pods();
+        for pod in pods {
+            map.remove(&format!("{ns}/{pod}"));
+        }
+    }
+
+    /// How long an instance must still wait before it may be recreated again.
+    fn backoff_remaining(&self, key: &str) -> Option<Duration> {
+        let map = self.backoff.lock().ok()?;
+        let (attempts, last) = map.get(key).filter(|(_, last)| last.elapsed() < BACKOFF_FORGET)?;
+        let delay = BACKOFF_BASE.saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(BACKOFF_MAX);
+        delay.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+    }
+
+    fn note_recreate(&self, key: String) -> u32 {
+        let mut map = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, (_, last)| last.elapsed() < BACKOFF_FORGET);
+        let e = map.entry(key).or_insert((0, Instant::now()));
+        e.0 += 1;
+        e.1 = Instant::now();
+        e.0
+    }
+}
+
+/// The model's config.json from `spec.model.configMapRef`: `Ok(Err(why))` when the reference
+/// is wrong (a finding for the user), `Err` when the API did not answer (retried).
+async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<Result<Option<HfConfig>, String>, Error> {
+    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(Ok(None)) };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let Some(cm) = api.get_opt(&r.name).await? else {
+        return Ok(Err(format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name)));
+    };
+    Ok(HfConfig::from_config_map(&cm, &r.key).map(Some))
+}
+
+/// How long a progress-only status change should wait before it is written; `None`: write now.
+fn status_delay(
+    ctx: &Context,
+    key: &str,
+    previous: Option<&pd_api::PDDeploymentStatus>,
+    next: &pd_api::PDDeploymentStatus,
+) -> Option<Duration> {
+    let previous = previous?;
+    if previous == next {
+        return None;
+    }
+    if urgent(previous, next) {
+        return None;
+    }
+    let written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
+    let last = written.get(key)?.0;
+    let busy = written.values().filter(|(at, _)| at.elapsed() < STATUS_MAX_INTERVAL).count();
+    progress_interval(busy).checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+}
+
+/// Whether a status change must be written at once rather than coalesced with the progress
+/// writes: a new generation or KV set, a rank map entry changed or gone, anything turning bad,
+/// Ready turning True, or a rollout completing. Good news on the way (one role available, the
+/// other still starting, one more decode's rank map) waits: the last of it comes with Ready.
+fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStatus) -> bool {
+    if previous.observed_generation != next.observed_generation || previous.kv_set != next.kv_set {
+        return true;
+    }
+    if previous.rank_map.iter().any(|m| !next.rank_map.contains(m)) {
+        return true;
+    }
+    next.conditions.iter().any(|c| {
+        let before = previous.conditions.iter().find(|p| p.type_ == c.type_).map(|p| p.status.as_str());
+        if before == Some(c.status.as_str()) {
+            return false;
+        }
+        match c.type_.as_str() {
+            status::DEGRADED => c.status == "True",
+            status::PROGRESSING => c.status == "False",
+            status::READY => true,
+            _ => c.status != "True",
+        }
+    })
+}
+
+/// The least time between two progress-only status writes of one PDDeployment, growing with the
+/// number of PDDeployments whose status changed lately: when hundreds converge at once, their
+/// "3 of 4 ready" messages would otherwise take the apiserver's capacity from the pods themselves.
+fn progress_interval(busy: usize) -> Duration {
+    (STATUS_PER_BUSY_OBJECT * u32::try_from(busy).unwrap_or(u32::MAX)).clamp(STATUS_MIN_INTERVAL, STATUS_MAX_INTERVAL)
+}
+
+async fn write_status(
+    ctx: &Context,
+    key: &str,
+    known: Option<&pd_api::PDDeploymentStatus>,
+    ns: &str,
+    name: &str,
+    status: pd_api::PDDeploymentStatus,
+) -> Result<(), Error> {
+    if known == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<PDDeployment> = Api::namespaced(ctx.client.clone(), ns);
+    let body = serde_json::json!({"apiVersion": PDDeployment::api_version(&()), "kind": PDDeployment::kind(&()), "status": status});
+    ctx.metrics.write("apply", "pddeployments/status");
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    let mut written = ctx.status_written.lock().unwrap_or_else(|p| p.into_inner());
+    // Entries of deleted or long-idle PDDeployments go; by then the cache has caught up.
+    written.retain(|_, (at, _)| at.elapsed() < STATUS_MEMORY);
+    written.insert(key.to_owned(), (Instant::now(), status));
+    Ok(())
+}
+
+fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc<Context>) -> Action {
+    if err.namespace_terminating() {
+        info!(error = %err, "the namespace is being deleted; waiting for the PDDeployment to go with it");
+        return Action::await_change();
+    }
+    warn!(error = %err, "reconcile failed");
+    ctx.metrics.errors.get_or_create(&metrics::ErrorLabels { kind: err.metric_label().into() }).inc();
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// How each watch retries after an error: on its own, briefly. After an apiserver restart every
+/// watch answers 410 Gone and re-lists; a backoff shared by all of them (kube-runtime's default
+/// trigger backoff) paused every watch for each one's error, for up to 30 s a time, and stalled
+/// reconciling for minutes.
+fn watch_backoff() -> impl Backoff {
+    let retry = backon::ExponentialBuilder::default()
+        .with_min_delay(WATCH_RETRY_MIN)
+        .with_max_delay(WATCH_RETRY_MAX)
+        .with_jitter()
+        .without_max_times();
+    watcher::ExponentialBackoff::from(retry)
+}
+
+/// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup in
+/// `scheduling.k8s.io/v1beta1`). Asked once at start, since it changes only with the cluster, and
+/// shared by the reconciler and the webhook, so both judge `placement.gang` by one answer. An
+/// apiserver that does not answer is asked again until it does; one that refuses to say counts
+/// as not serving it: `gang: workload` is then refused, not rendered against an absent API.
+async fn serves_pod_groups(client: &Client) -> bool {
+    use backon::Retryable;
+    let ask = || client.list_api_group_resources("scheduling.k8s.io/v1beta1");
+    // An answer: the group version's resources, or a 4xx (404: not served) other than 429.
+    let unanswered = |e: &kube::Error| !matches!(e, kube::Error::Api(s) if s.code < 500 && s.code != 429);
+    let retry = backon::ExponentialBuilder::default().with_min_delay(WATCH_RETRY_MIN).with_max_delay(WATCH_RETRY_MAX).without_max_times();
+    let asked = ask.retry(retry).when(unanswered).notify(|e, delay| {
+        warn!(error = %e, retry_in = ?delay, "cannot ask the apiserver whether it serves gang scheduling (scheduling.k8s.io/v1beta1); retrying")
+    });
+    match asked.await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "podgroups") => true,
+        answer => {
+            let why = answer.map_or_else(|e| e.to_string(), |_| "the group version lists no podgroups".into());
+            info!(
+                why,
+                "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none, workload is refused"
+            );
+            false
+        }
+    }
+}
+
+/// The merged trigger stream's backoff: none, since every watch already backs off on its own.
+struct NoSharedBackoff;
+
+impl Iterator for NoSharedBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl Backoff for NoSharedBackoff {
+    fn reset(&mut self) {}
+}
+
+/// The PDDeployment a pod event wakes: the one its `pd.inference.dev/deployment` label names. By
+/// owner it would miss the router's pods, which the router Deployment's ReplicaSet owns: a KV set
+/// surge waits for the old router pod to be gone, and its going changes nothing the PDDeployment
+/// owns (the kind tier's surge waited out the 300 s resync for it).
+fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDeployment>>> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    let name = pod.metadata.labels.as_ref()?.get(LABEL_DEPLOYMENT)?;
+    Some(reflector::ObjectRef::new(name).within(ns))
+}
+
+/// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
+/// deployment label and the labels, annotations, phase and conditions the planner reads. The spec,
+/// container statuses, other labels and the conditions' other timestamps are most of a pod's memory, and the
+/// cache holds every pod.
+fn slim_pod(p: &mut Pod) {
+    p.spec = None;
+    let m = &mut p.metadata;
+    if let Some(labels) = m.labels.as_mut() {
+        labels.retain(|k, _| k == LABEL_DEPLOYMENT || plan::READ_LABELS.contains(&k.as_str()));
+    }
+    if let Some(annotations) = m.annotations.as_mut() {
+        annotations.retain(|k, _| plan::READ_ANNOTATIONS.contains(&k.as_str()));
+    }
+    if let Some(s) = p.status.as_mut() {
+        let mut conditions = s.conditions.take().unwrap_or_default();
+        conditions.retain(|c| plan::READ_CONDITIONS.contains(&c.type_.as_str()));
+        for c in &mut conditions {
+            // lastTransitionTime stays: the planner's minReadySeconds counts from Ready's.
+            (c.last_probe_time, c.observed_generation) = (None, None);
+        }
+        *s = k8s_openapi::api::core::v1::PodStatus { phase: s.phase.take(), conditions: Some(conditions), ..Default::default() };
+    }
+}
+
+/// `managed-by=pd-operator`: the label every child carries and every child watch selects.
+fn managed_selector() -> String {
+    format!("{MANAGED_BY}={OPERATOR}")
+}
+
+/// An API for `K` in the watched namespace, or in all namespaces.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Every `watchdog::CHECK_EVERY`, compares each watch cache with a metadata list of the same
+/// scope, and reports a watch that stopped delivering to `/livez`.
+async fn watch_the_watches(
+    client: Client,
+    namespace: Option<String>,
+    pdds: Store<DeserializeGuard<PDDeployment>>,
+    stores: ChildStores,
+    liveness: Arc<watchdog::Liveness>,
+) {
+    let mut tracker = watchdog::Tracker::default();
+    let (ns, selector) = (namespace.as_deref(), managed_selector());
+    loop {
+        tokio::time::sleep(watchdog::CHECK_EVERY).await;
+        let checks =
+            futures::future::try_join(watchdog::check(scoped(&client, ns), None, &pdds), stores.divergence(&client, ns, &selector));
+        match checks.await {
+            Ok((pdd_divergence, children)) => {
+                let now = Instant::now();
+                for (kind, divergent) in std::iter::once(("pddeployments", pdd_divergence)).chain(children) {
+                    tracker.observe(kind, divergent, now);
+                }
+                liveness.set(tracker.stalled(now));
+            }
+            // It answered, but refused: the watchdog is blind until that is fixed (RBAC?).
+            Err(e @ kube::Error::Api(_)) => warn!(error = %e, "the apiserver refused the watchdog's lists; nothing judged"),
+            Err(e) => tracing::debug!(error = %e, "the apiserver did not answer the watchdog's lists; nothing judged"),
+        }
+    }
+}
+
+/// Runs the controller until SIGTERM/SIGINT. With leader election it reconciles only while it
+/// holds the lease; a replica that loses it (the apiserver unreachable past the renew deadline,
+/// or another replica took over) stops reconciling, drops its caches and stands by again, while
+/// its webhook keeps serving.
+pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let metrics = Arc::new(Metrics::default());
+    let stop = pd_runtime::shutdown::token("the controller");
+    let liveness = Arc::new(watchdog::Liveness::default());
+    let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
+    let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
+    let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
+    // Asked before the webhook serves and the reconciler starts: both judge placement.gang by it.
+    let workload_api = tokio::select! {
+        served = async { settings.discover_workload_api && serves_pod_groups(&client).await } => served,
+        _ = stop.cancelled() => false,
+    };
+    let settings = Settings { render: RenderOptions { workload_api, ..settings.render }, ..settings };
+    // The webhook serves on every replica, leader or not, and outlives reconcile terms.
+    if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
+        let (client, metrics, stop) = (client.clone(), metrics.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Err(e) = crate::webhook::serve(client, wh, workload_api, metrics, health, stop.clone().cancelled_owned()).await {
+                tracing::error!(error = %e, "the admission webhook could not start; stopping");
+                stop.cancel();
+            }
+        });
+    }
+    while !stop.is_cancelled() {
+        let term = stop.child_token();
+        if let Some(le) = &settings.leader_election {
+            let elector = leader::LeaderElector::new(client.clone(), &le.namespace, &le.lease, &le.identity, LEASE_DURATION);
+            tokio::select! {
+                r = elector.acquire() => r?,
+                _ = stop.cancelled() => break,
+            }
+            metrics.leader.set(1);
+            tokio::spawn(hold_lease(elector, term.clone()));
+        }
+        reconcile_term(&client, &settings, metrics.clone(), liveness.clone(), term).await;
+        metrics.leader.set(0);
+        liveness.set(None);
+    }
+    if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
+        warn!("the admin server did not close its connections in time");
+    }
+    info!("controller stopped");
+    Ok(())
+}
+
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Renews the lease until the term ends; ends the term when leadership is lost.
+async fn hold_lease(elector: leader::LeaderElector, term: CancellationToken) {
+    tokio::select! {
+        why = elector.hold() => {
+            tracing::error!(error = %why, "leadership lost; reconciling stops until this replica leads again");
+            term.cancel();
+        }
+        _ = term.cancelled() => {}
+    }
+}
+
+/// One term of reconciling: fresh caches and per-object memory, until `term` is cancelled (a stop
+/// request or a lost lease); then in-flight reconciles get `SHUTDOWN_GRACE` to finish.
+async fn reconcile_term(
+    client: &Client,
+    settings: &Settings,
+    metrics: Arc<Metrics>,
+    liveness: Arc<watchdog::Liveness>,
+    term: CancellationToken,
+) {
+    let ns = settings.namespace.as_deref();
+    let managed = watcher::Config::default().labels(&managed_selector());
+    let (pod_store, pod_events) = cached(scoped(client, ns), managed.clone(), slim_pod);
+    let (service_store, service_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (config_map_store, config_map_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (deployment_store, deployment_events) = cached(scoped(client, ns), managed.clone(), sets::slim_deployment);
+    let (account_store, account_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
+    let (group_store, group_events) = match settings.render.workload_api {
+        true => {
+            let (store, events) = cached(scoped::<PodGroup>(client, ns), managed.clone(), |_| {});
+            (Some(store), Some(events))
+        }
+        false => (None, None),
+    };
+    let stores = ChildStores {
+        pods: pod_store,
+        services: service_store,
+        config_maps: config_map_store,
+        deployments: deployment_store,
+        service_accounts: account_store,
+        roles: role_store,
+        role_bindings: binding_store,
+        network_policies: policy_store,
+        pod_groups: group_store,
+    };
+    let (pdd_cache, pdd_events) =
+        cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
+    let pdd_store = pdd_cache.store;
+    let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
+    info!(namespace = ns.unwrap_or("<all>"), "controller started");
+    let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
+    let mut controller = Controller::for_stream(pdd_events, pdd_store.clone())
+        .trigger_backoff(NoSharedBackoff)
+        .watches_stream(pod_events, pod_deployment)
+        .owns_stream(service_events)
+        .owns_stream(config_map_events)
+        .owns_stream(deployment_events)
+        .owns_stream(account_events)
+        .owns_stream(role_events)
+        .owns_stream(binding_events)
+        .owns_stream(policy_events);
+    if let Some(events) = group_events {
+        controller = controller.owns_stream(events);
+    }
+    let controller = controller
+        // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
+        .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
+        .graceful_shutdown_on(term.clone().cancelled_owned())
+        .run(reconcile::reconcile, error_policy, ctx)
+        .for_each(move |res| {
+            metrics.managed.set(pdd_store.len() as i64);
+            async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "controller event");
+                }
+            }
+        });
+    // A term's end finishes within a bound, whatever is still in flight.
+    let deadline = async move {
+        term.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        _ = controller => {},
+        _ = deadline => warn!(grace = ?SHUTDOWN_GRACE, "reconciles did not drain in time; stopping anyway"),
+    }
+    watchdog.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_in_a_terminating_namespace_is_told_from_other_refusals() {
+        // The body kube-apiserver 1.37 sends (kind tier, a test namespace being deleted).
+        let refusal = |cause: &str| {
+            let body = serde_json::json!({"status": "Failure", "code": 403, "reason": "Forbidden",
+                "message": "pods \"a\" is forbidden: unable to create new content in namespace x because it is being terminated",
+                "details": {"name": "a", "kind": "pods", "causes": [{"reason": cause, "message": "namespace x is being terminated", "field": "metadata.namespace"}]}});
+            Error::Kube(kube::Error::Api(Box::new(serde_json::from_value(body).unwrap())))
+        };
+        assert!(refusal("NamespaceTerminating").namespace_terminating());
+        assert!(!refusal("FieldValueForbidden").namespace_terminating());
+        assert!(!Error::CacheClosed.namespace_terminating());
+    }
+
+    #[test]
+    fn a_pod_wakes_the_pddeployment_its_label_names_whoever_owns_it() {
+        let pod = |labels: &[(&str, &str)]| Pod {
+            metadata: kube::api::ObjectMeta {
+                namespace: Some("ns".into()),
+                labels: Some(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // A router pod: owned by a ReplicaSet, labelled with its PDDeployment.
+        let router = pod(&[(LABEL_DEPLOYMENT, "pd"), ("pod-template-hash", "abc")]);
+        assert_eq!(pod_deployment(router), Some(reflector::ObjectRef::new("pd").within("ns")));
+        assert_eq!(pod_deployment(pod(&[("app", "other")])), None);
+    }
+
+    fn with_conditions(generation: i64, conditions: &[(&str, &str)]) -> pd_api::PDDeploymentStatus {
+        let conditions = conditions
+            .iter()
+            .map(|(type_, status)| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: (*type_).into(),
+                status: (*status).into(),
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: Some(generation),
+            })
+            .collect();
+        pd_api::PDDeploymentStatus { observed_generation: Some(generation), conditions, ..Default::default() }
+    }
+
+    #[test]
+    fn good_news_on_the_way_waits_but_bad_news_and_completion_do_not() {
+        use status::{DECODE_AVAILABLE, DEGRADED, PREFILL_AVAILABLE, PROGRESSING, READY};
+        let starting = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "False"), (DECODE_AVAILABLE, "False"), (PROGRESSING, "True"), (DEGRADED, "False"), (READY, "False")],
+        );
+        let prefill_up = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "False"), (PROGRESSING, "True"), (DEGRADED, "False"), (READY, "False")],
+        );
+        let complete = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "True"), (PROGRESSING, "False"), (DEGRADED, "False"), (READY, "False")],
+        );
+        let ready = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "True"), (PROGRESSING, "False"), (DEGRADED, "False"), (READY, "True")],
+        );
+        let degraded = with_conditions(
+            1,
+            &[(PREFILL_AVAILABLE, "True"), (DECODE_AVAILABLE, "True"), (PROGRESSING, "True"), (DEGRADED, "True"), (READY, "True")],
+        );
+        assert!(!urgent(&starting, &prefill_up), "one role available mid-rollout can wait");
+        assert!(!urgent(&starting, &starting), "nothing changed");
+        assert!(urgent(&prefill_up, &complete), "a finished rollout is written at once");
+        assert!(urgent(&complete, &ready), "Ready turning True is written at once");
+        assert!(urgent(&ready, &degraded), "Degraded turning True is written at once");
+        assert!(urgent(&prefill_up, &starting), "a role becoming unavailable is written at once");
+        assert!(urgent(&ready, &with_conditions(2, &[])), "a new generation is written at once");
+        let mut mapped = ready.clone();
+        mapped.rank_map = vec![Default::default()];
+        assert!(!urgent(&ready, &mapped), "one more decode's rank map can wait");
+        let mut remapped = mapped.clone();
+        remapped.rank_map[0].decode_instance = 1;
+        assert!(urgent(&mapped, &remapped), "a changed rank map is written at once");
+        assert!(urgent(&mapped, &ready), "a rank map that lost an entry is written at once");
+    }
+
+    #[test]
+    fn a_slim_pod_tells_the_planner_what_the_whole_pod_does() {
+        let mut pdd = pd_api::PDDeployment::new(
+            "p",
+            serde_json::from_value(serde_json::json!({
+                "engine": {"type": "sim"}, "model": {"path": "deepseek-ai/DeepSeek-V3"}, "kvTransfer": {"pageSize": 64},
+                "prefill": {"replicas": 1, "parallelism": {"tp": 1}}, "decode": {"replicas": 1, "parallelism": {"tp": 1}},
+            }))
+            .unwrap(),
+        );
+        pdd.metadata.namespace = Some("ns".into());
+        let rendered = pd_core::render::render(&pdd, &pd_core::model::resolve(&pdd.spec.model, None), &RenderOptions::default()).unwrap();
+        let mut pod =
+            rendered.pods().find(|p| p.metadata.labels.as_ref().unwrap()[pd_core::render::LABEL_ROLE] == "decode").unwrap().clone();
+        let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(pd_core::render::DRAINING_SINCE.into(), "2026-12-01T05:00:00Z".into());
+        annotations.insert(pd_core::handshake::RANK_MAP_ANNOTATION.into(), "[]".into());
+        annotations.insert("other".into(), "x".repeat(4096));
+        let condition = |type_: &str, status: &str, reason: &str| k8s_openapi::api::core::v1::PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(format!("{type_} says {reason}")),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())),
+            ..Default::default()
+        };
+        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![
+                condition("PodScheduled", "False", "Unschedulable"),
+                condition("Initialized", "True", "Done"),
+                condition("Ready", "True", "Ready"),
+                condition(pd_core::handshake::HANDSHAKE_CONDITION, "False", "PageSizeMismatch"),
+            ]),
+            container_statuses: Some(vec![Default::default()]),
+            ..Default::default()
+        });
+        let mut slim = pod.clone();
+        slim_pod(&mut slim);
+        let observed = plan::ObservedPod::from_pod(&pod).expect("an engine pod");
+        assert_eq!(plan::ObservedPod::from_pod(&slim), Some(observed.clone()));
+        assert!(observed.ready && observed.unschedulable.is_some() && observed.draining_since.is_some(), "{observed:?}");
+        assert!(observed.handshake.as_ref().is_some_and(|h| !h.passed && h.rank_map.is_some()), "{observed:?}");
+        assert_eq!(slim.metadata.labels.as_ref().unwrap()[LABEL_DEPLOYMENT], "p", "children are found by it");
+        assert_eq!((&slim.metadata.owner_references, &slim.metadata.uid), (&pod.metadata.owner_references, &pod.metadata.uid));
+        let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
+        assert!(size(&slim) * 4 < size(&pod), "slim {} of {} bytes", size(&slim), size(&pod));
+    }
+
+    #[test]
+    fn an_object_that_does_not_serialize_has_no_hash_rather_than_the_hash_of_nothing() {
+        let pod = Pod { metadata: kube::api::ObjectMeta { name: Some("p".into()), ..Default::default() }, ..Default::default() };
+        assert_eq!(digest(&pod).unwrap().len(), 16);
+        assert_ne!(digest(&pod).unwrap(), digest(&()).unwrap());
+        // JSON object keys must be strings: this map cannot be serialized.
+        let unserializable = BTreeMap::from([((1u8, 2u8), 3u8)]);
+        let source = digest(&unserializable).expect_err("a map with tuple keys is no JSON");
+        let error = Error::Serialize { what: "Pod ns/p".into(), source };
+        assert!(error.to_string().starts_with("could not serialize Pod ns/p: key must be a string"), "{error}");
+        assert_eq!(error.metric_label(), "serialize");
+    }
+
+    #[test]
+    fn progress_writes_space_out_as_more_objects_converge_at_once() {
+        assert_eq!(progress_interval(0), STATUS_MIN_INTERVAL);
+        assert_eq!(progress_interval(100), STATUS_MIN_INTERVAL);
+        assert_eq!(progress_interval(250), Duration::from_secs(5));
+        assert_eq!(progress_interval(500), STATUS_MAX_INTERVAL);
+        assert_eq!(progress_interval(usize::MAX), STATUS_MAX_INTERVAL);
+    }
+}

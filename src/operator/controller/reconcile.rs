@@ -1,0 +1,562 @@
+//! One reconcile of a PDDeployment, as its steps: read → validate → render → plan → apply → status.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use tracing::{Instrument, info, info_span, warn};
+
+use pd_core::plan::{self, DeleteReason, ObservedPod, Plan};
+use pd_core::sets::{self, Decision};
+use pd_core::status;
+
+use super::{Context, Error, model_config, status_delay, write_status};
+use pd_api::{PDDeployment, PDDeploymentStatus};
+use pd_api::{Role, RolloutStrategy};
+use pd_core::model::ModelFacts;
+use pd_core::render::{self, KvSets, Rendered};
+use pd_core::validate::{self, Severity};
+
+pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let pdd = match &guard.0 {
+        Ok(p) => p,
+        Err(invalid) => {
+            warn!(object = ?invalid.metadata.name, error = %invalid.error, "skipping a PDDeployment that does not deserialize");
+            return Ok(Action::await_change());
+        }
+    };
+    let (Some(ns), Some(name), Some(uid)) = (pdd.namespace(), pdd.metadata.name.clone(), pdd.metadata.uid.clone()) else {
+        return Err(Error::Unnamed("PDDeployment"));
+    };
+    let span = info_span!("reconcile", pdd = %format!("{ns}/{name}"), generation = pdd.metadata.generation);
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let result = async {
+        if pdd.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::await_change());
+        }
+        let (facts, problems) = read_and_validate(&ctx, pdd, &ns, &name).await?;
+        let pass = Pass::observe(&ctx, pdd, ns, name, uid).await?;
+        if !problems.is_empty() {
+            return pass.report_invalid(problems).await;
+        }
+        let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render)?;
+        let sets = pass.decide_sets(&intent)?;
+        let mut rendered = render::render_sets(pdd, &facts, &intent, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
+        // The sidecars of an older set's decodes still patch their own gates.
+        let older = pass.observed.iter().filter(|p| p.set != sets.target && p.role == Role::Decode).map(|p| p.name.clone());
+        render::grant_decode_pods(&mut rendered, &pass.name, older);
+        let router_ready = pass.apply_support(&rendered).await?;
+        let plan = pass.plan(&rendered, &sets);
+        let outcome = pass.apply_plan(&plan).await?;
+        pass.report(router_ready, outcome, (sets, &intent), rendered.page_size).await
+    }
+    .instrument(span)
+    .await;
+    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// The nodes carrying `spec.placement.topologyKey` (none read without one).
+async fn topology_nodes(ctx: &Context, pdd: &PDDeployment) -> Result<Vec<Node>, Error> {
+    let Some(key) = pdd.spec.placement.topology_key.as_deref() else { return Ok(Vec::new()) };
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    Ok(nodes.list(&ListParams::default().labels(key)).await?.items)
+}
+
+/// Read the model's config (if referenced) and run the same rules as `validate` and the webhook;
+/// the errors found, as `field: text (fix: …)`.
+async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &str) -> Result<(ModelFacts, Vec<String>), Error> {
+    let config = model_config(&ctx.client, pdd, ns).await?;
+    let facts = pd_core::model::resolve(&pdd.spec.model, config.as_ref().ok().and_then(Option::as_ref));
+    let mut problems: Vec<String> = validate::validate_with_facts(name, &pdd.spec, &facts)
+        .into_iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.to_string())
+        .collect();
+    if let Err(e) = &config {
+        problems.push(format!("spec.model.configMapRef: {e}"));
+    }
+    problems.extend(validate::gang_api(&pdd.spec, ctx.render.workload_api).map(|f| f.to_string()));
+    let placement = render::placement::judge(&pdd.spec, &topology_nodes(ctx, pdd).await?);
+    for warning in placement.warnings {
+        ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", warning).await;
+    }
+    problems.extend(placement.errors);
+    Ok((facts, problems))
+}
+
+/// What one reconcile pass knows: the object, its pods as the cache shows them, and the newest
+/// status this process knows.
+struct Pass<'a> {
+    ctx: &'a Context,
+    pdd: &'a PDDeployment,
+    ns: String,
+    name: String,
+    uid: String,
+    status_key: String,
+    known: Option<PDDeploymentStatus>,
+    observed: Vec<ObservedPod>,
+    /// The KV sets the PDDeployment's router pods pair, terminating pods included.
+    router_pod_sets: BTreeSet<String>,
+    now: Time,
+}
+
+/// What applying the plan left to report.
+struct Outcome {
+    requeue: Duration,
+    degraded: Option<String>,
+}
+
+impl<'a> Pass<'a> {
+    async fn observe(ctx: &'a Context, pdd: &'a PDDeployment, ns: String, name: String, uid: String) -> Result<Self, Error> {
+        ctx.stores.ready().await?;
+        // One scan of the pod cache: the engine pods (owned by the PDDeployment) and its router's
+        // pods (owned by a ReplicaSet).
+        let (mut observed, mut router_pod_sets) = (Vec::new(), BTreeSet::new());
+        let label = |p: &Pod, key: &str| p.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+        let mine = ctx.stores.pods.labelled(&ns, &name);
+        for pod in &mine {
+            if super::owned_by(&pod.metadata, &uid) {
+                observed.extend(ObservedPod::from_pod(pod));
+            } else if label(pod, render::LABEL_ROLE).as_deref() == Some(render::ROUTER_ROLE) {
+                router_pod_sets.insert(label(pod, render::LABEL_KV_SET).unwrap_or_default());
+            }
+        }
+        // The cache hands pods out in no fixed order; messages that list them must not churn.
+        observed.sort_by(|a, b| a.name.cmp(&b.name));
+        let status_key = format!("{ns}/{name}/{uid}");
+        let known = ctx.known_status(&status_key, pdd);
+        // Seen in the cache: from now on, a missing pod is really gone.
+        ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
+        Ok(Self { ctx, pdd, ns, name, uid, status_key, known, observed, router_pod_sets, now: Time(jiff::Timestamp::now()) })
+    }
+
+    fn status_inputs<'s>(&'s self, validation: Result<(), String>, revisions: (&'s str, &'s str)) -> status::StatusInputs<'s> {
+        status::StatusInputs {
+            pdd: self.pdd,
+            previous: self.known.as_ref(),
+            validation,
+            observed: &self.observed,
+            nodes: (self.pdd.spec.prefill.nodes_per_instance(), self.pdd.spec.decode.nodes_per_instance()),
+            revisions,
+            router_ready: None,
+            degraded: None,
+            kv_set: None,
+            page_size: None,
+            now: self.now.clone(),
+        }
+    }
+
+    /// An invalid spec: `Validated=False` with the texts, one Event per new message, no children.
+    async fn report_invalid(self, problems: Vec<String>) -> Result<Action, Error> {
+        let message = problems.join("; ");
+        let was_invalid = self
+            .known
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.status == "False" && c.message == message));
+        if !was_invalid {
+            self.ctx.event(self.pdd, EventType::Warning, "InvalidSpec", "Validate", message.clone()).await;
+        }
+        let next = status::compute(&self.status_inputs(Err(message), ("", "")));
+        write_status(self.ctx, &self.status_key, self.known.as_ref(), &self.ns, &self.name, next).await?;
+        Ok(Action::await_change())
+    }
+
+    /// Which KV set new pods go to and which the router pairs (`sets::decide`).
+    fn decide_sets(&self, intent: &render::Intent) -> Result<Decision, Error> {
+        let spec = &self.pdd.spec;
+        let contracts = sets::SpecContracts::read(intent.contract(Role::Prefill), intent.contract(Role::Decode))?;
+        let desired = sets::Desired {
+            contracts: &contracts,
+            revisions: (intent.revision(Role::Prefill), intent.revision(Role::Decode)),
+            always_surge: spec.rollout.strategy == RolloutStrategy::Surge,
+        };
+        let want = |role: Role| (spec.instances(role), spec.role(role).nodes_per_instance());
+        let want = sets::Want { prefill: want(Role::Prefill), decode: want(Role::Decode) };
+        let router = self.router();
+        let decision = sets::decide(&self.observed, &desired, router, want);
+        if decision.target != decision.routed || !decision.retire.is_empty() {
+            info!(target = decision.target, routed = decision.routed, retire = ?decision.retire, ?router, "KV sets");
+        }
+        Ok(decision)
+    }
+
+    /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.
+    fn router(&self) -> Option<sets::Router> {
+        let wanted = render::router_name(&self.name);
+        let deployments = self.ctx.stores.deployments.children(&self.ns, &self.name, &self.uid);
+        let d = deployments.iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))?;
+        sets::Router::observe(d, &self.router_pod_sets)
+    }
+
+    /// The target set's rollout, and the retirement of the sets the router left.
+    fn plan(&self, rendered: &Rendered, sets: &Decision) -> Plan {
+        let (rollout, now) = (&self.pdd.spec.rollout, jiff::Timestamp::now());
+        let of = |set: u32| -> Vec<ObservedPod> { self.observed.iter().filter(|p| p.set == set).cloned().collect() };
+        let mut plan = plan::plan(&rendered.instances, &rendered.surge, &of(sets.target), rollout, now);
+        for old in &sets.retire {
+            let why = format!("of KV set {old} goes: the router pairs set {}", sets.routed);
+            plan.merge(plan::retire(&of(*old), rollout, now, &why));
+        }
+        plan
+    }
+
+    /// Services, the handshake ConfigMap, the sidecar's RBAC, the NetworkPolicies and the router, each applied when its
+    /// content changed; returns the router's ready replicas when the router is enabled.
+    async fn apply_support(&self, rendered: &Rendered) -> Result<Option<i32>, Error> {
+        let (ctx, ns, name, uid) = (self.ctx, self.ns.as_str(), self.name.as_str(), self.uid.as_str());
+        let stores = &ctx.stores;
+        // Sent together, except the RoleBinding after its Role: RBAC's escalation check reads the
+        // Role (NotFound if it is not there yet) unless the caller may bind any role. Pods come
+        // after all of them, since admission refuses a pod whose ServiceAccount does not exist.
+        let rbac = async {
+            ctx.sync_children(&stores.roles, ns, name, uid, &rendered.roles).await?;
+            ctx.sync_children(&stores.role_bindings, ns, name, uid, &rendered.role_bindings).await
+        };
+        // An older KV set keeps its handshake ConfigMap and gangs while it has pods.
+        let live: BTreeSet<String> = self.observed.iter().filter(|p| !p.deleting).map(|p| p.set.to_string()).collect();
+        let gangs = async {
+            match &stores.pod_groups {
+                Some(store) => ctx.sync_children_keeping(store, (ns, name, uid), &rendered.pod_groups, &live).await.map(drop),
+                None => Ok(()),
+            }
+        };
+        let (_, _, _, _, _, _, routers) = futures::try_join!(
+            gangs,
+            ctx.sync_children(&stores.services, ns, name, uid, &rendered.services),
+            ctx.sync_children_keeping(&stores.config_maps, (ns, name, uid), &rendered.config_maps, &live),
+            ctx.sync_children(&stores.service_accounts, ns, name, uid, &rendered.service_accounts),
+            rbac,
+            ctx.sync_children(&stores.network_policies, ns, name, uid, &rendered.network_policies),
+            ctx.sync_children(&stores.deployments, ns, name, uid, &rendered.deployments),
+        )?;
+        Ok(self
+            .pdd
+            .spec
+            .router
+            .enabled
+            .then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0)))
+    }
+
+    /// Deletes what the plan retires (recreations under backoff), then creates every missing pod.
+    async fn apply_plan(&self, plan: &Plan) -> Result<Outcome, Error> {
+        let mut outcome = Outcome { requeue: self.ctx.resync, degraded: None };
+        for d in &plan.drains {
+            self.drain(d).await?;
+        }
+        if let Some(left) = plan.requeue_in {
+            outcome.requeue = outcome.requeue.min(left + Duration::from_millis(200));
+        }
+        for d in &plan.deletes {
+            if self.announce_delete(d, &mut outcome).await {
+                self.delete_pods(&d.pods).await?;
+            }
+        }
+        self.create_pods(plan).await?;
+        if !plan.creates.is_empty() || !plan.deletes.is_empty() || !plan.drains.is_empty() {
+            outcome.requeue = outcome.requeue.min(Duration::from_secs(2));
+        }
+        Ok(outcome)
+    }
+
+    /// Publishes the Event of one planned delete; false when a recreation must wait out its backoff.
+    async fn announce_delete(&self, d: &plan::InstanceDelete, outcome: &mut Outcome) -> bool {
+        let (ctx, pdd) = (self.ctx, self.pdd);
+        if d.reason != DeleteReason::Recreate {
+            let (reason, action) = match d.reason {
+                DeleteReason::ScaleDown => ("InstanceDeleted", "ScaleDown"),
+                _ => ("RolloutStep", "Rollout"),
+            };
+            ctx.event(pdd, EventType::Normal, reason, action, d.why.clone()).await;
+            return true;
+        }
+        let key = format!("{}/{}/{}/{}", self.ns, self.name, d.role.as_str(), d.instance);
+        if let Some(wait) = ctx.backoff_remaining(&key) {
+            outcome.degraded = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
+            outcome.requeue = outcome.requeue.min(wait + Duration::from_millis(100));
+            return false;
+        }
+        let attempt = ctx.note_recreate(key);
+        outcome.degraded = Some(d.why.clone());
+        let note = format!("{}: recreating {} instance {} (attempt {attempt})", d.why, d.role.as_str(), d.instance);
+        ctx.event(pdd, EventType::Warning, "InstanceRecreated", "Recreate", note).await;
+        true
+    }
+
+    /// Takes an instance out of the router's pool (`serving=false`) and notes when, so it is
+    /// deleted once the drain period has passed.
+    async fn drain(&self, d: &plan::InstanceDrain) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let now = jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {
+            "labels": {render::LABEL_SERVING: "false"},
+            "annotations": {render::DRAINING_SINCE: now},
+        }});
+        for pod in &d.pods {
+            self.ctx.metrics.write("patch", "pods");
+            match api
+                .patch(pod, &PatchParams { field_manager: Some(super::FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let note = format!("{}: out of the router's pool, deleted in {}s", d.why, self.pdd.spec.rollout.drain_seconds);
+        self.ctx.event(self.pdd, EventType::Normal, "InstanceDraining", "Drain", note).await;
+        Ok(())
+    }
+
+    async fn delete_pods(&self, pods: &[String]) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        for pod in pods {
+            self.ctx.forget_pods(&self.ns, [pod.as_str()]);
+            self.ctx.metrics.write("delete", "pods");
+            match api.delete(pod, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every missing pod at once (the instances of a new PDDeployment are independent), then one
+    /// Event naming the instances that were created.
+    async fn create_pods(&self, plan: &Plan) -> Result<(), Error> {
+        let (ctx, ns) = (self.ctx, self.ns.as_str());
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let pods = plan.creates.iter().enumerate().flat_map(|(group, (_, _, pods))| pods.iter().map(move |pod| (group, pod)));
+        // Created moments ago and not in the cache yet: the watch is behind, not the pod gone.
+        let applies = pods.filter(|(_, pod)| !ctx.expecting(ns, &pod_name(pod))).map(|(group, pod)| {
+            let api = &api;
+            async move {
+                let pname = pod_name(pod);
+                let applied = ctx.apply(api, &pname, pod).await?;
+                if applied.metadata.deletion_timestamp.is_some() {
+                    // The name still belongs to a pod on its way out (the cache had not shown it):
+                    // the apply only touched that pod. Once it is gone, a later pass creates anew.
+                    return Ok::<_, Error>(None);
+                }
+                ctx.expect_pod(ns, &pname);
+                Ok(Some(group))
+            }
+        });
+        let new_in_group: Vec<usize> = futures::future::try_join_all(applies).await?.into_iter().flatten().collect();
+        let created: Vec<String> = plan
+            .creates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| new_in_group.contains(i))
+            .map(|(_, (role, instance, group))| format!("{} instance {instance} ({} pods)", role.as_str(), group.len()))
+            .collect();
+        if !created.is_empty() {
+            ctx.event(self.pdd, EventType::Normal, "InstancesCreated", "Create", format!("created {}", created.join(", "))).await;
+        }
+        Ok(())
+    }
+
+    /// Computes the status; writes it now, or later when it is only progress (coalesced).
+    /// The status counts the pods of the set the router pairs; the KV sets are reported beside.
+    async fn report(
+        self,
+        router_ready: Option<i32>,
+        outcome: Outcome,
+        decided: (Decision, &render::Intent),
+        page_size: u32,
+    ) -> Result<Action, Error> {
+        let (ctx, (sets, intent)) = (self.ctx, decided);
+        let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
+        let inputs = status::StatusInputs {
+            router_ready,
+            degraded: outcome.degraded,
+            observed: &routed,
+            kv_set: Some(sets.status),
+            page_size: Some(page_size),
+            ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
+        };
+        let next = status::compute(&inputs);
+        if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {
+            return Ok(Action::requeue(outcome.requeue.min(wait + Duration::from_millis(50))));
+        }
+        if let Some((kind, reason, note)) = status::handshake_transition(self.known.as_ref(), &next) {
+            let type_ = if kind == status::EventKind::Normal { EventType::Normal } else { EventType::Warning };
+            ctx.event(self.pdd, type_, &reason, "Handshake", note).await;
+        }
+        if let Some((reason, note)) = status::rollout_transition(self.known.as_ref(), &next) {
+            ctx.event(self.pdd, EventType::Normal, reason, "Rollout", note).await;
+        }
+        write_status(ctx, &self.status_key, self.known.as_ref(), &self.ns, &self.name, next).await?;
+        Ok(Action::requeue(outcome.requeue))
+    }
+}
+
+fn pod_name(pod: &Pod) -> String {
+    pod.metadata.name.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    use kube::Resource;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::controller::ChildStores;
+    use crate::controller::cache::{Cache, DeploymentIndex};
+    use crate::controller::metrics::Metrics;
+
+    /// One request the scripted API received: method, path, body.
+    type Recorded = (String, String, Value);
+
+    /// A scripted API server: records every request and answers each write by echoing its body
+    /// (what server-side apply returns for an object no other manager touches).
+    fn scripted_api() -> (kube::Client, Arc<Mutex<Vec<Recorded>>>) {
+        let log: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let recorder = log.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = recorder.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body: Value = serde_json::from_slice(&body.collect_bytes().await?).unwrap_or(Value::Null);
+                let path = parts.uri.path().to_owned();
+                log.lock().unwrap().push((parts.method.to_string(), path.clone(), body.clone()));
+                let mut answer = body.clone();
+                if path.ends_with("/status") {
+                    // A status apply carries only the status; the server answers with the whole object.
+                    answer = serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap();
+                    answer["status"] = body["status"].clone();
+                }
+                let answer = http_body_util::Full::new(bytes::Bytes::from(serde_json::to_vec(&answer).unwrap()));
+                Ok::<_, kube::Error>(http::Response::builder().header("content-type", "application/json").body(answer).unwrap())
+            }
+        });
+        (kube::Client::new(service, "default"), log)
+    }
+
+    /// A cache already listed (ready), holding `objects`.
+    fn store<K>(objects: Vec<K>) -> Cache<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let mut writer = Writer::default();
+        let reader = writer.as_reader();
+        let index = DeploymentIndex::default();
+        let events = std::iter::once(Event::Init).chain(objects.into_iter().map(Event::InitApply)).chain([Event::InitDone]);
+        for e in events {
+            writer.apply_watcher_event(&e);
+            index.observe(&e);
+        }
+        Cache::new(reader, index)
+    }
+
+    /// The objects of kind `plural` the scripted API was asked to apply.
+    fn applied<K: serde::de::DeserializeOwned>(log: &[Recorded], plural: &str) -> Vec<K> {
+        let marker = format!("/{plural}/");
+        let bodies = log.iter().filter(|(m, p, _)| m == "PATCH" && p.contains(&marker) && !p.ends_with("/status"));
+        bodies.map(|(_, _, body)| serde_json::from_value(body.clone()).unwrap()).collect()
+    }
+
+    fn stores_from(log: &[Recorded]) -> ChildStores {
+        ChildStores {
+            pods: store(applied(log, "pods")),
+            services: store(applied(log, "services")),
+            config_maps: store(applied(log, "configmaps")),
+            deployments: store(applied(log, "deployments")),
+            service_accounts: store(applied(log, "serviceaccounts")),
+            roles: store(applied(log, "roles")),
+            role_bindings: store(applied(log, "rolebindings")),
+            network_policies: store(applied(log, "networkpolicies")),
+            pod_groups: None,
+        }
+    }
+
+    fn qwen() -> Arc<DeserializeGuard<PDDeployment>> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/qwen3-gqa.yaml")).unwrap();
+        let mut pdd: PDDeployment = serde_norway::from_str(&text).unwrap();
+        pdd.metadata.namespace = Some("ns".into());
+        pdd.metadata.uid = Some("uid-1".into());
+        pdd.metadata.generation = Some(1);
+        Arc::new(DeserializeGuard(Ok(pdd)))
+    }
+
+    fn context(client: kube::Client, stores: ChildStores) -> Arc<Context> {
+        let settings = crate::controller::Settings {
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            render: pd_core::render::RenderOptions {
+                operator_image: "pd-operator:test".into(),
+                default_namespace: "ns".into(),
+                ..Default::default()
+            },
+            namespace: None,
+            max_concurrent_reconciles: 1,
+            resync: Duration::from_secs(300),
+            leader_election: None,
+            webhook: None,
+            discover_workload_api: false,
+        };
+        Arc::new(Context::new(client, &settings, Arc::new(Metrics::default()), stores))
+    }
+
+    /// What a pass wrote: (method, path) of every request but reads and Events.
+    fn writes(log: &[Recorded]) -> Vec<(String, String)> {
+        log.iter().filter(|(m, p, _)| m != "GET" && !p.contains("/events")).map(|(m, p, _)| (m.clone(), p.clone())).collect()
+    }
+
+    #[tokio::test]
+    async fn a_new_pddeployment_gets_every_rendered_child_in_order_and_a_second_pass_writes_no_child() {
+        let (client, log) = scripted_api();
+        let ctx = context(client, stores_from(&[]));
+        reconcile(qwen(), ctx).await.unwrap();
+        let first = log.lock().unwrap().clone();
+        let written = writes(&first);
+        // Exactly the objects `render` prints, each applied once, plus the status.
+        let pdd = qwen().0.clone().unwrap();
+        let rendered =
+            render::render(&pdd, &pd_core::model::resolve(&pdd.spec.model, None), &context(scripted_api().0, stores_from(&[])).render)
+                .unwrap();
+        let named = |plural: &'static str, names: Vec<Option<String>>| names.into_iter().map(move |n| (plural.to_owned(), n.unwrap()));
+        let want: BTreeSet<(String, String)> = named("services", rendered.services.iter().map(|o| o.metadata.name.clone()).collect())
+            .chain(named("configmaps", rendered.config_maps.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("serviceaccounts", rendered.service_accounts.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("roles", rendered.roles.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("rolebindings", rendered.role_bindings.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("pods", rendered.pods().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("deployments", rendered.deployments.iter().map(|o| o.metadata.name.clone()).collect()))
+            .chain(named("networkpolicies", rendered.network_policies.iter().map(|o| o.metadata.name.clone()).collect()))
+            .collect();
+        let kind_and_name = |path: &str| {
+            let mut parts = path.rsplit('/');
+            let name = parts.next().unwrap().to_owned();
+            (parts.next().unwrap().to_owned(), name)
+        };
+        let children: Vec<(String, String)> =
+            written.iter().filter(|(_, p)| !p.ends_with("/status")).map(|(_, p)| kind_and_name(p)).collect();
+        assert_eq!(children.len(), want.len(), "each child applied once: {children:?}");
+        assert_eq!(children.into_iter().collect::<BTreeSet<_>>(), want);
+        assert_eq!(written.iter().filter(|(m, _)| m != "PATCH").count(), 0, "no creates or deletes but by apply: {written:?}");
+        assert!(written.iter().any(|(_, p)| p.ends_with("/pddeployments/qwen3/status")), "{written:?}");
+        let at = |kind: &str| written.iter().position(|(_, p)| p.contains(&format!("/{kind}/"))).unwrap();
+        assert!(at("roles") < at("rolebindings"), "the RoleBinding goes after its Role: {written:?}");
+        assert!(at("serviceaccounts") < at("pods"), "pods go after their ServiceAccount: {written:?}");
+
+        // The caches now show what was applied: nothing is applied again.
+        let (client, log) = scripted_api();
+        reconcile(qwen(), context(client, stores_from(&first))).await.unwrap();
+        let second = writes(&log.lock().unwrap());
+        assert!(second.iter().all(|(_, p)| p.ends_with("/status")), "children written again: {second:?}");
+    }
+}

@@ -1,0 +1,192 @@
+//! The validating admission webhook: `POST /validate` over TLS, inside `pd-operator controller`
+//! but independent of the reconcile loop (it serves on standby replicas too).
+
+pub mod review;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+use thiserror::Error;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+use tracing::{Instrument, info, info_span, warn};
+
+use pd_core::model::HfConfig;
+use tls::CertSource;
+
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Error)]
+pub enum WebhookError {
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("binding {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+#[derive(Clone, Debug)]
+pub struct WebhookSettings {
+    pub addr: SocketAddr,
+    pub certs: CertSource,
+}
+
+#[derive(Clone)]
+struct AppState {
+    client: Client,
+    metrics: Arc<crate::controller::metrics::Metrics>,
+    /// Whether the cluster serves Kubernetes' gang scheduling API (the controller's finding).
+    gang_api: bool,
+}
+
+async fn lookup_config(client: &Client, ns: &str, name: &str, key: &str) -> review::ConfigLookup {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = match tokio::time::timeout(LOOKUP_TIMEOUT, api.get_opt(name)).await {
+        Err(_) => return Err(format!("reading ConfigMap {ns}/{name} timed out")),
+        Ok(Err(e)) => return Err(format!("reading ConfigMap {ns}/{name}: {e}")),
+        Ok(Ok(None)) => return Err(format!("ConfigMap {ns}/{name} does not exist")),
+        Ok(Ok(Some(cm))) => cm,
+    };
+    HfConfig::from_config_map(&cm, key).map(Some)
+}
+
+/// Bodies past this size are not even drained: the connection is dropped.
+const DRAIN_LIMIT: usize = 16 << 20;
+
+/// Reads at most `MAX_BODY` bytes; an oversized body is drained (up to `DRAIN_LIMIT`) and
+/// discarded, so the client finishes sending and reads our 400 instead of a reset.
+async fn read_body(body: Body) -> Result<bytes::Bytes, String> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| format!("cannot read the request body: {e}"))?;
+        total += chunk.len();
+        if total > DRAIN_LIMIT {
+            break;
+        }
+        if total <= review::MAX_BODY {
+            buf.extend_from_slice(&chunk);
+        }
+    }
+    if total > review::MAX_BODY {
+        return Err(format!("request body of {total}+ bytes exceeds the limit of {} bytes", review::MAX_BODY));
+    }
+    Ok(buf.freeze())
+}
+
+async fn validate(State(state): State<AppState>, request: Request) -> Response {
+    let body = match read_body(request.into_body()).await {
+        Ok(b) => b,
+        Err(reason) => {
+            state.metrics.admission("bad_request");
+            return (StatusCode::BAD_REQUEST, reason).into_response();
+        }
+    };
+    let req = match review::parse(&body) {
+        Ok(r) => r,
+        Err(reason) => {
+            state.metrics.admission("bad_request");
+            return (StatusCode::BAD_REQUEST, reason).into_response();
+        }
+    };
+    let span = info_span!("admission", uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), operation = ?req.operation);
+    async move {
+        let config = match review::config_ref(&req) {
+            None => Ok(None),
+            Some((ns, name, key)) => lookup_config(&state.client, &ns, &name, &key).await,
+        };
+        let response = review::decide(&req, config, state.gang_api);
+        state.metrics.admission(if response.allowed { "allowed" } else { "denied" });
+        info!(allowed = response.allowed, "admission decided");
+        axum::Json(response.into_review()).into_response()
+    }
+    .instrument(span)
+    .await
+}
+
+/// The webhook's routes; `gang_api` is whether the cluster serves Kubernetes' gang scheduling
+/// API, found once at start and shared with the reconciler.
+pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>, gang_api: bool) -> Router {
+    let state = AppState { client, metrics, gang_api };
+    Router::new().route("/validate", post(validate)).route("/healthz", get(|| async { "ok" })).with_state(state)
+}
+
+/// Whether this replica's webhook should receive admission reviews: it listens, and the
+/// apiserver's registration trusts the certificate it serves.
+#[derive(Debug, Default)]
+pub struct Health {
+    pub listening: Arc<AtomicBool>,
+    pub trusted: Arc<AtomicBool>,
+}
+
+impl Health {
+    pub fn ready(&self) -> Result<(), &'static str> {
+        if !self.listening.load(Ordering::Relaxed) {
+            return Err("the webhook does not listen yet");
+        }
+        if !self.trusted.load(Ordering::Relaxed) {
+            return Err("the webhook registration's caBundle does not trust the served certificate yet");
+        }
+        Ok(())
+    }
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    client: Client,
+    settings: WebhookSettings,
+    gang_api: bool,
+    metrics: Arc<crate::controller::metrics::Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), WebhookError> {
+    let store = tls::start(settings.certs.clone(), client.clone(), health.trusted.clone()).await?;
+    let acceptor = TlsAcceptor::from(tls::server_config(store)?);
+    let listener =
+        tokio::net::TcpListener::bind(settings.addr).await.map_err(|source| WebhookError::Bind { addr: settings.addr, source })?;
+    info!(addr = %settings.addr, "webhook listening (POST /validate)");
+    health.listening.store(true, Ordering::Relaxed);
+    let app = router(client, metrics, gang_api);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => { warn!(error = %e, "accept failed"); continue; }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone().map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new)));
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().header_read_timeout(Duration::from_secs(10)).timer(hyper_util::rt::TokioTimer::new());
+            if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    info!("webhook stopped");
+    Ok(())
+}

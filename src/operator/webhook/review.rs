@@ -1,0 +1,206 @@
+//! The admission decision, pure: an `AdmissionReview` body, the referenced model config and
+//! whether the cluster serves gang scheduling in, an `AdmissionResponse` out. Same rules and
+//! texts as `pd-operator validate`, plus the one the cluster decides (`validate::gang_api`), as
+//! the controller applies them.
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::Value;
+
+use pd_api::PDDeployment;
+use pd_core::model::{self, HfConfig};
+use pd_core::validate::{self, Severity};
+
+/// Largest AdmissionReview accepted; the apiserver caps objects at 3 MiB, ours are far smaller.
+pub const MAX_BODY: usize = 3 << 20;
+
+/// A model config lookup result for the request's `spec.model.configMapRef`.
+pub type ConfigLookup = Result<Option<HfConfig>, String>;
+
+/// Parses a request body; the error is the reason for a 400.
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
+    if body.len() > MAX_BODY {
+        return Err(format!("AdmissionReview of {} bytes exceeds the {MAX_BODY}-byte limit", body.len()));
+    }
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+    review.try_into().map_err(|e: kube::core::admission::ConvertAdmissionReviewError| format!("AdmissionReview has no request: {e}"))
+}
+
+/// (namespace, name, key) of the ConfigMap the object references, if any.
+pub fn config_ref(req: &AdmissionRequest<DynamicObject>) -> Option<(String, String, String)> {
+    let obj = req.object.as_ref()?;
+    let r = obj.data.get("spec")?.get("model")?.get("configMapRef")?;
+    let name = r.get("name")?.as_str()?.to_owned();
+    let key = r.get("key").and_then(Value::as_str).map_or_else(pd_api::default_config_key, str::to_owned);
+    let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
+    Some((ns, name, key))
+}
+
+fn as_pdd(obj: &DynamicObject) -> Result<PDDeployment, String> {
+    let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    serde_path_to_error::deserialize(&value).map_err(|e| format!("field `{}`: {}", e.path(), e.inner()))
+}
+
+/// Fields whose change rolls every instance of both roles.
+fn rolls_everything(old: &PDDeployment, new: &PDDeployment) -> Option<&'static str> {
+    if old.spec.model != new.spec.model {
+        Some("spec.model")
+    } else if old.spec.kv_transfer != new.spec.kv_transfer {
+        Some("spec.kvTransfer")
+    } else if old.spec.engine != new.spec.engine {
+        Some("spec.engine")
+    } else {
+        None
+    }
+}
+
+/// Decides one admission request. `gang_api` is whether the cluster serves Kubernetes' gang
+/// scheduling API, as the operator found at start.
+pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_api: bool) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return resp;
+    }
+    let Some(obj) = req.object.as_ref() else {
+        return resp.deny("the AdmissionReview carries no object");
+    };
+    let pdd = match as_pdd(obj) {
+        Ok(p) => p,
+        Err(e) => return resp.deny(format!("not a valid PDDeployment: {e}")),
+    };
+    let name = pdd.metadata.name.clone().or_else(|| (!req.name.is_empty()).then(|| req.name.clone())).unwrap_or_default();
+    let config =
+        match config {
+            Ok(c) => c,
+            Err(e) => return resp.deny(format!(
+                "{name}: spec.model.configMapRef: {e} (fix: create the ConfigMap with the model's HF config.json, or remove configMapRef)"
+            )),
+        };
+    let facts = model::resolve(&pdd.spec.model, config.as_ref());
+    let mut findings = validate::validate_with_facts(&name, &pdd.spec, &facts);
+    findings.extend(validate::gang_api(&pdd.spec, gang_api));
+    let line = validate::Finding::to_string;
+    let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
+    let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
+    if req.operation == Operation::Update
+        && let Some(old) = req.old_object.as_ref().and_then(|o| as_pdd(o).ok())
+        && let Some(field) = rolls_everything(&old, &pdd)
+    {
+        warnings.push(format!("{field} changed: every prefill and decode instance will be replaced, one at a time per role"));
+    }
+    let mut resp = if errors.is_empty() {
+        resp
+    } else {
+        let count = errors.len();
+        let plural = if count == 1 { "" } else { "s" };
+        let release = pd_core::release::release_of(&pdd.spec);
+        resp.deny(format!("PDDeployment {name} would fail in SGLang {release} ({count} violation{plural}):\n{}", errors.join("\n")))
+    };
+    if !warnings.is_empty() {
+        resp.warnings = Some(warnings);
+    }
+    resp
+}
+
+/// The AdmissionReview response body for a parsed request.
+pub fn respond(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_api: bool) -> Value {
+    serde_json::to_value(decide(req, config, gang_api).into_review()).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn review(op: &str, object: Value) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1", "kind": {"group": "pd.inference.dev", "version": "v1alpha1", "kind": "PDDeployment"},
+                "resource": {"group": "pd.inference.dev", "version": "v1alpha1", "resource": "pddeployments"},
+                "name": "x", "namespace": "ns", "operation": op, "userInfo": {}, "object": object, "dryRun": false
+            }
+        }))
+        .unwrap()
+    }
+
+    fn pdd(decode: Value) -> Value {
+        serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": "qwen-pd", "namespace": "ns"},
+            "spec": {"model": {"path": "Qwen/Qwen2.5-72B-Instruct"}, "kvTransfer": {"pageSize": 64}, "prefill": {"parallelism": {"tp": 4}}, "decode": {"parallelism": decode}}})
+    }
+
+    #[test]
+    fn denies_the_qwen_dcp_mistake_with_sglang_text_and_field() {
+        let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 4, "dcp": 2})))).unwrap();
+        let r = decide(&req, Ok(None), false);
+        assert!(!r.allowed);
+        assert!(
+            r.result.message.contains("spec.decode.parallelism.dcp: PD decode DCP requires an MLA or hybrid-MLA KV pool."),
+            "{}",
+            r.result.message
+        );
+        assert_eq!(r.uid, "u-1");
+    }
+
+    #[test]
+    fn warns_without_denying() {
+        let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 2})))).unwrap();
+        let r = decide(&req, Ok(None), false);
+        assert!(r.allowed);
+        assert!(r.warnings.unwrap()[0].contains("Performance is NOT guaranteed"));
+    }
+
+    #[test]
+    fn config_lookup_errors_deny_with_the_reason() {
+        let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 4})))).unwrap();
+        let r = decide(&req, Err("ConfigMap ns/cfg does not exist".into()), false);
+        assert!(!r.allowed && r.result.message.contains("ConfigMap ns/cfg does not exist"));
+    }
+
+    #[test]
+    fn gang_workload_is_denied_where_the_cluster_serves_no_gang_api_with_the_controllers_text() {
+        let mut object = pdd(serde_json::json!({"tp": 4}));
+        object["spec"]["placement"] = serde_json::json!({"gang": "workload"});
+        let req = parse(&review("CREATE", object)).unwrap();
+        let r = decide(&req, Ok(None), false);
+        assert!(!r.allowed);
+        let spec: pd_api::PDDeploymentSpec = serde_json::from_value(req.object.as_ref().unwrap().data["spec"].clone()).unwrap();
+        let rule = validate::gang_api(&spec, false).expect("the controller refuses it too").to_string();
+        assert!(rule.starts_with("spec.placement.gang: workload, but this cluster does not serve"), "{rule}");
+        assert!(rule.ends_with("(fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"), "{rule}");
+        assert!(r.result.message.ends_with(&format!("(1 violation):\n{rule}")), "{}", r.result.message);
+        assert!(decide(&req, Ok(None), true).allowed, "admitted where the cluster serves it");
+        // `auto` falls back to no gang: admitted either way.
+        let mut object = pdd(serde_json::json!({"tp": 4}));
+        object["spec"]["placement"] = serde_json::json!({"gang": "auto"});
+        assert!(decide(&parse(&review("CREATE", object)).unwrap(), Ok(None), false).allowed);
+    }
+
+    #[test]
+    fn malformed_bodies_are_rejected_with_a_reason() {
+        assert!(parse(b"").unwrap_err().contains("not an AdmissionReview"));
+        assert!(parse(b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}").unwrap_err().contains("no request"));
+        assert!(parse(&vec![b' '; MAX_BODY + 1]).unwrap_err().contains("exceeds"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse(&body);
+        }
+
+        #[test]
+        fn arbitrary_objects_get_a_well_formed_response(
+            op in prop_oneof![Just("CREATE"), Just("UPDATE"), Just("DELETE"), Just("CONNECT")],
+            tp in any::<i64>(), dcp in any::<i64>(), path in ".{0,20}", extra in ".{0,10}",
+        ) {
+            let object = serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": extra},
+                "spec": {"model": {"path": path}, "prefill": {"parallelism": {"tp": tp}}, "decode": {"parallelism": {"tp": tp, "dcp": dcp}}}});
+            let req = parse(&review(op, object)).unwrap();
+            let v = respond(&req, Ok(None), false);
+            prop_assert_eq!(&v["response"]["uid"], "u-1");
+            prop_assert!(v["response"]["allowed"].is_boolean());
+        }
+    }
+}
