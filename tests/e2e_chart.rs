@@ -13,6 +13,30 @@ fn chart() -> String {
     repo_path("charts/pd-operator").to_str().unwrap().to_owned()
 }
 
+/// The verbs the controller uses on each child kind: a watch (list, watch), server-side apply
+/// (get, create, patch) and deleting leftovers.
+const CHILD_VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
+
+#[test]
+fn the_charts_cluster_role_grants_every_child_kind_what_the_controller_does_with_it() {
+    let o = cluster().helm(&["template", "rel", &chart(), "--kube-version", KUBE_VERSION, "--show-only", "templates/rbac.yaml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let docs: Vec<serde_json::Value> =
+        serde_norway::Deserializer::from_slice(&o.stdout).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").expect("the chart has a ClusterRole");
+    let rules = role["rules"].as_array().unwrap();
+    let grants = |group: &str, plural: &str, verb: &str| {
+        let has = |v: &serde_json::Value, x: &str| v.as_array().is_some_and(|a| a.iter().any(|e| e == x));
+        rules.iter().any(|r| has(&r["apiGroups"], group) && has(&r["resources"], plural) && has(&r["verbs"], verb))
+    };
+    let kinds = pd_core::children::KINDS.iter().map(|k| (k.group, k.plural)).chain([("", "pods")]);
+    for (group, plural) in kinds {
+        for verb in CHILD_VERBS {
+            assert!(grants(group, plural, verb), "the chart's ClusterRole does not grant {verb} on {plural} ({group:?})");
+        }
+    }
+}
+
 #[test]
 fn chart_lints_and_templates_with_default_and_custom_values() {
     let c = cluster();

@@ -87,16 +87,15 @@ fn deepseek_example_creates_exactly_what_render_prints_and_reports_availability(
     assert!(ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml")).status.success());
     let sel = "app.kubernetes.io/managed-by=pd-operator,pd.inference.dev/deployment=dsv3";
     wait_for(WAIT, "the rendered objects to exist", || {
-        let got = BTreeMap::from([
-            ("ConfigMap".to_owned(), names(&ns, "configmaps", sel)?),
-            ("Deployment".to_owned(), names(&ns, "deployments", sel)?),
-            ("Pod".to_owned(), names(&ns, "pods", &format!("{sel},pd.inference.dev/role in (prefill,decode)"))?),
-            ("Service".to_owned(), names(&ns, "services", sel)?),
-            ("ServiceAccount".to_owned(), names(&ns, "serviceaccounts", sel)?),
-            ("Role".to_owned(), names(&ns, "roles", sel)?),
-            ("RoleBinding".to_owned(), names(&ns, "rolebindings", sel)?),
-            ("NetworkPolicy".to_owned(), names(&ns, "networkpolicies", sel)?),
-        ]);
+        // Every kind of the one list (PodGroups need the gang API, which `render` does not assume).
+        let mut got = BTreeMap::new();
+        for k in pd_core::children::KINDS.iter().filter(|k| !k.gated) {
+            let of_kind = names(&ns, k.plural, sel)?;
+            if !of_kind.is_empty() {
+                got.insert(k.kind.to_owned(), of_kind);
+            }
+        }
+        got.insert("Pod".to_owned(), names(&ns, "pods", &format!("{sel},pd.inference.dev/role in (prefill,decode)"))?);
         (got == want).then_some(()).ok_or_else(|| format!("want {want:?}\n got {got:?}"))
     });
     // The engine argv in the cluster is the argv render printed.

@@ -4,6 +4,7 @@
 //! checks and rank map (`handshake`), the objects and argv (`render`), and the controller's pure
 //! decisions (`plan`, `sets`, `status`).
 
+pub mod children;
 pub mod handshake;
 pub mod manifest;
 pub mod model;

@@ -11,9 +11,7 @@ use k8s_openapi::api::core::v1::{
     SeccompProfile, SecurityContext, Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, SleepAction, Volume,
     VolumeMount, VolumeProjection,
 };
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -105,33 +103,54 @@ pub fn default_sim_image() -> String {
     format!("pd-sim:{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Everything the controller creates for one `PDDeployment`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Rendered {
-    pub services: Vec<Service>,
-    pub config_maps: Vec<ConfigMap>,
-    /// The decode pods' ServiceAccount (unless the decode template names its own) and the router's.
-    pub service_accounts: Vec<ServiceAccount>,
-    /// What the handshake sidecar may do (patch the status of its PDDeployment's decode pods) and
-    /// what the router's discovery may do (read the namespace's pods).
-    pub roles: Vec<RbacRole>,
-    pub role_bindings: Vec<RoleBinding>,
-    /// Engine pods, one entry per instance of each role.
-    pub instances: Vec<InstancePods>,
-    /// The instances an in-place rollout may add beside a role's own (`rollout.maxSurge`),
-    /// numbered after them; the planner creates them only while the role rolls.
-    #[serde(skip)]
-    pub surge: Vec<InstancePods>,
-    pub deployments: Vec<Deployment>,
-    /// Who may reach the engines and the router (`spec.networkPolicy`).
-    pub network_policies: Vec<NetworkPolicy>,
-    /// One gang per multi-node instance (`spec.placement.gang`).
-    pub pod_groups: Vec<PodGroup>,
-    /// The page size both roles run with, as SGLang resolves it from the `--page-size` the
-    /// operator passes (the spec's, or the one it pins when `kvTransfer.pageSize` is unset).
-    #[serde(skip)]
-    pub page_size: u32,
+macro_rules! rendered {
+    (before_pods: [$($(#[$b:meta])* $bf:ident: $bt:ty { $($bx:tt)* }),* $(,)?],
+     after_pods: [$($(#[$a:meta])* $af:ident: $at:ty { $($ax:tt)* }),* $(,)?] $(,)?) => {
+        /// Everything the controller creates for one `PDDeployment`: the kinds of
+        /// `children::child_kinds!` and the engine pods.
+        #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+        pub struct Rendered {
+            $($(#[$b])* pub $bf: Vec<$bt>,)*
+            /// Engine pods, one entry per instance of each role.
+            pub instances: Vec<InstancePods>,
+            /// The instances an in-place rollout may add beside a role's own (`rollout.maxSurge`),
+            /// numbered after them; the planner creates them only while the role rolls.
+            #[serde(skip)]
+            pub surge: Vec<InstancePods>,
+            $($(#[$a])* pub $af: Vec<$at>,)*
+            /// The page size both roles run with, as SGLang resolves it from the `--page-size` the
+            /// operator passes (the spec's, or the one it pins when `kvTransfer.pageSize` is unset).
+            #[serde(skip)]
+            pub page_size: u32,
+        }
+
+        impl Rendered {
+            /// All objects as one multi-document YAML stream, in apply order.
+            pub fn to_yaml(&self) -> Result<String, RenderError> {
+                let mut docs = Vec::new();
+                $(for o in &self.$bf {
+                    docs.push(yaml_doc(o)?);
+                })*
+                for p in self.pods() {
+                    docs.push(yaml_doc(p)?);
+                }
+                $(for o in &self.$af {
+                    docs.push(yaml_doc(o)?);
+                })*
+                Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
+            }
+
+            /// `(plural, name)` of every object but the engine pods, in the list's order.
+            pub fn child_names(&self) -> Vec<(&'static str, String)> {
+                let mut names = Vec::new();
+                $(names.extend(self.$bf.iter().map(|o| (<$bt as k8s_openapi::Resource>::URL_PATH_SEGMENT, o.metadata.name.clone().unwrap_or_default())));)*
+                $(names.extend(self.$af.iter().map(|o| (<$at as k8s_openapi::Resource>::URL_PATH_SEGMENT, o.metadata.name.clone().unwrap_or_default())));)*
+                names
+            }
+        }
+    };
 }
+crate::child_kinds!(rendered);
 
 /// The pods of one engine instance (one SGLang server: `nodes` pods), as the planner needs them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -147,60 +166,21 @@ impl Rendered {
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
         self.instances.iter().flat_map(|i| &i.pods)
     }
-
-    /// All objects as one multi-document YAML stream, in apply order.
-    pub fn to_yaml(&self) -> Result<String, RenderError> {
-        let mut docs = Vec::new();
-        let ser = |what, v: &dyn erased::Yaml| v.yaml().map_err(|message| RenderError::Serialize { what, message });
-        for s in &self.services {
-            docs.push(ser("Service", s)?);
-        }
-        for c in &self.config_maps {
-            docs.push(ser("ConfigMap", c)?);
-        }
-        for a in &self.service_accounts {
-            docs.push(ser("ServiceAccount", a)?);
-        }
-        for r in &self.roles {
-            docs.push(ser("Role", r)?);
-        }
-        for b in &self.role_bindings {
-            docs.push(ser("RoleBinding", b)?);
-        }
-        for p in self.pods() {
-            docs.push(ser("Pod", p)?);
-        }
-        for d in &self.deployments {
-            docs.push(ser("Deployment", d)?);
-        }
-        for n in &self.network_policies {
-            docs.push(ser("NetworkPolicy", n)?);
-        }
-        for g in &self.pod_groups {
-            docs.push(ser("PodGroup", g)?);
-        }
-        Ok(docs.iter().map(|d| format!("---\n{d}")).collect())
-    }
 }
 
 mod netpol;
 pub mod placement;
 
-mod erased {
-    pub trait Yaml {
-        fn yaml(&self) -> Result<String, String>;
+/// One object as a YAML document, with its apiVersion and kind (k8s-openapi writes them only
+/// through its own serializer).
+fn yaml_doc<T: Serialize + k8s_openapi::Resource>(o: &T) -> Result<String, RenderError> {
+    let err = |message: String| RenderError::Serialize { what: T::KIND, message };
+    let mut v = serde_json::to_value(o).map_err(|e| err(e.to_string()))?;
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), T::API_VERSION.into());
+        m.insert("kind".into(), T::KIND.into());
     }
-    impl<T: serde::Serialize + k8s_openapi::Resource> Yaml for T {
-        fn yaml(&self) -> Result<String, String> {
-            let mut v = serde_json::to_value(self).map_err(|e| e.to_string())?;
-            if let Some(o) = v.as_object_mut() {
-                // k8s-openapi serializes apiVersion/kind only through its own serializer: add them.
-                o.insert("apiVersion".into(), T::API_VERSION.into());
-                o.insert("kind".into(), T::KIND.into());
-            }
-            serde_norway::to_string(&v).map_err(|e| e.to_string())
-        }
-    }
+    serde_norway::to_string(&v).map_err(|e| err(e.to_string()))
 }
 
 /// The headless Service of PDDeployment `name`'s engine pods (both roles), and their NetworkPolicy.

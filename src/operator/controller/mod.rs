@@ -1,6 +1,7 @@
 //! The reconciler: read → validate → render (pure) → plan (pure) → apply → status.
 
 mod cache;
+mod children;
 pub mod leader;
 pub mod metrics;
 mod reconcile;
@@ -12,11 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -33,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use cache::{Cache, cached};
+use children::ChildStores;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
 use pd_core::model::HfConfig;
@@ -141,84 +139,6 @@ pub struct Context {
     expected_pods: Mutex<HashMap<String, Instant>>,
 }
 
-/// Reflector caches of every child kind the operator owns (label `managed-by=pd-operator`).
-#[derive(Clone)]
-pub struct ChildStores {
-    pods: Cache<Pod>,
-    services: Cache<Service>,
-    config_maps: Cache<ConfigMap>,
-    deployments: Cache<Deployment>,
-    service_accounts: Cache<ServiceAccount>,
-    roles: Cache<Role>,
-    role_bindings: Cache<RoleBinding>,
-    network_policies: Cache<NetworkPolicy>,
-    /// Only where the cluster serves Kubernetes' gang scheduling API.
-    pod_groups: Option<Cache<PodGroup>>,
-}
-
-impl ChildStores {
-    /// Waits for every cache's first full list (instant once they have it).
-    async fn ready(&self) -> Result<(), Error> {
-        let waits = futures::future::try_join4(
-            self.pods.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.config_maps.wait_until_ready(),
-            self.deployments.wait_until_ready(),
-        );
-        let rbac = futures::future::try_join4(
-            self.service_accounts.wait_until_ready(),
-            self.roles.wait_until_ready(),
-            self.role_bindings.wait_until_ready(),
-            self.network_policies.wait_until_ready(),
-        );
-        let gangs = async {
-            match &self.pod_groups {
-                Some(store) => store.wait_until_ready().await,
-                None => Ok(()),
-            }
-        };
-        futures::future::try_join3(waits, rbac, gangs).await.map(|_| ()).map_err(|_| Error::CacheClosed)
-    }
-
-    /// The watchdog's check of every child cache against a metadata list of the same scope and
-    /// `selector`, by kind (see `watchdog`).
-    async fn divergence(
-        &self,
-        client: &Client,
-        ns: Option<&str>,
-        selector: &str,
-    ) -> Result<Vec<(&'static str, watchdog::Divergence)>, kube::Error> {
-        let sel = Some(selector);
-        let (pods, services, config_maps, deployments, accounts, roles, bindings, policies) = futures::try_join!(
-            watchdog::check(scoped(client, ns), sel, &self.pods),
-            watchdog::check(scoped(client, ns), sel, &self.services),
-            watchdog::check(scoped(client, ns), sel, &self.config_maps),
-            watchdog::check(scoped(client, ns), sel, &self.deployments),
-            watchdog::check(scoped(client, ns), sel, &self.service_accounts),
-            watchdog::check(scoped(client, ns), sel, &self.roles),
-            watchdog::check(scoped(client, ns), sel, &self.role_bindings),
-            watchdog::check(scoped(client, ns), sel, &self.network_policies),
-        )?;
-        let groups = match &self.pod_groups {
-            Some(store) => Some(("podgroups", watchdog::check(scoped(client, ns), sel, store).await?)),
-            None => None,
-        };
-        Ok([
-            ("pods", pods),
-            ("services", services),
-            ("configmaps", config_maps),
-            ("deployments", deployments),
-            ("serviceaccounts", accounts),
-            ("roles", roles),
-            ("rolebindings", bindings),
-            ("networkpolicies", policies),
-        ]
-        .into_iter()
-        .chain(groups)
-        .collect())
-    }
-}
-
 /// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
 /// error, not the hash of nothing: every such object would share that hash, and a changed child
 /// would look unchanged.
@@ -264,31 +184,22 @@ impl Context {
         api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await
     }
 
-    /// Applies each support object whose desired content changed, then deletes leftovers.
-    async fn sync_children<K>(&self, store: &Cache<K>, ns: &str, name: &str, uid: &str, desired: &[K]) -> Result<Vec<K>, Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    {
-        self.sync_children_keeping(store, (ns, name, uid), desired, &BTreeSet::new()).await
-    }
-
-    /// `sync_children`, except that a child of a KV set in `keep` (`pd.inference.dev/kv-set`) is
-    /// not deleted when it is not rendered.
-    async fn sync_children_keeping<K>(
+    /// Applies each child of one kind whose desired content changed, then deletes leftovers, but
+    /// for children of a KV set in `keep` (`pd.inference.dev/kv-set`).
+    async fn sync_children<K>(
         &self,
         store: &Cache<K>,
         owner: (&str, &str, &str),
         desired: &[K],
         keep: &BTreeSet<String>,
-    ) -> Result<Vec<K>, Error>
+    ) -> Result<(), Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
         let (ns, name, uid) = owner;
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let existing = store.children(ns, name, uid);
-        // Unchanged children are kept from the cache; the changed ones are applied at once.
-        let mut current: Vec<Option<K>> = Vec::with_capacity(desired.len());
+        // Unchanged children are left alone; the changed ones are applied at once.
         let mut changed = Vec::new();
         for want in desired {
             let mut want = want.clone();
@@ -296,17 +207,11 @@ impl Context {
             let hash = digest(&want).map_err(|source| Error::Serialize { what: format!("{} {ns}/{wname}", K::kind(&())), source })?;
             want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
             let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
-            if let Some(have) = have.filter(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) == Some(&hash)) {
-                current.push(Some(K::clone(have)));
-                continue;
+            if have.is_none_or(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) != Some(&hash)) {
+                changed.push((wname, want));
             }
-            current.push(None);
-            changed.push((current.len() - 1, wname, want));
         }
-        let applied = futures::future::try_join_all(changed.iter().map(|(_, wname, want)| self.apply(&api, wname, want))).await?;
-        for ((slot, _, _), obj) in changed.iter().zip(applied) {
-            current[*slot] = Some(obj);
-        }
+        futures::future::try_join_all(changed.iter().map(|(wname, want)| self.apply(&api, wname, want))).await?;
         for leftover in &existing {
             let lname = leftover.meta().name.clone().unwrap_or_default();
             let kept =
@@ -321,7 +226,7 @@ impl Context {
                 }
             }
         }
-        Ok(current.into_iter().flatten().collect())
+        Ok(())
     }
 
     fn expected_pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
@@ -674,52 +579,14 @@ async fn reconcile_term(
     term: CancellationToken,
 ) {
     let ns = settings.namespace.as_deref();
-    let managed = watcher::Config::default().labels(&managed_selector());
-    let (pod_store, pod_events) = cached(scoped(client, ns), managed.clone(), slim_pod);
-    let (service_store, service_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (config_map_store, config_map_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (deployment_store, deployment_events) = cached(scoped(client, ns), managed.clone(), sets::slim_deployment);
-    let (account_store, account_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (role_store, role_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (binding_store, binding_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (policy_store, policy_events) = cached(scoped(client, ns), managed.clone(), |_| {});
-    let (group_store, group_events) = match settings.render.workload_api {
-        true => {
-            let (store, events) = cached(scoped::<PodGroup>(client, ns), managed.clone(), |_| {});
-            (Some(store), Some(events))
-        }
-        false => (None, None),
-    };
-    let stores = ChildStores {
-        pods: pod_store,
-        services: service_store,
-        config_maps: config_map_store,
-        deployments: deployment_store,
-        service_accounts: account_store,
-        roles: role_store,
-        role_bindings: binding_store,
-        network_policies: policy_store,
-        pod_groups: group_store,
-    };
     let (pdd_cache, pdd_events) =
         cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
     let pdd_store = pdd_cache.store;
+    let controller = Controller::for_stream(pdd_events, pdd_store.clone()).trigger_backoff(NoSharedBackoff);
+    let (stores, controller) = ChildStores::watch(client, ns, settings.render.workload_api, controller);
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
     info!(namespace = ns.unwrap_or("<all>"), "controller started");
     let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
-    let mut controller = Controller::for_stream(pdd_events, pdd_store.clone())
-        .trigger_backoff(NoSharedBackoff)
-        .watches_stream(pod_events, pod_deployment)
-        .owns_stream(service_events)
-        .owns_stream(config_map_events)
-        .owns_stream(deployment_events)
-        .owns_stream(account_events)
-        .owns_stream(role_events)
-        .owns_stream(binding_events)
-        .owns_stream(policy_events);
-    if let Some(events) = group_events {
-        controller = controller.owns_stream(events);
-    }
     let controller = controller
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))

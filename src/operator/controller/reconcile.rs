@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -191,10 +192,14 @@ impl<'a> Pass<'a> {
 
     /// The router Deployment in the cache: the KV set its pods pair, and whether its rollout is over.
     fn router(&self) -> Option<sets::Router> {
+        sets::Router::observe(self.router_deployment()?.as_ref(), &self.router_pod_sets)
+    }
+
+    /// The router Deployment, as the cache shows it.
+    fn router_deployment(&self) -> Option<Arc<Deployment>> {
         let wanted = render::router_name(&self.name);
-        let deployments = self.ctx.stores.deployments.children(&self.ns, &self.name, &self.uid);
-        let d = deployments.iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))?;
-        sets::Router::observe(d, &self.router_pod_sets)
+        let deployments = self.ctx.stores.deployments.as_ref()?.children(&self.ns, &self.name, &self.uid);
+        deployments.into_iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))
     }
 
     /// The target set's rollout, and the retirement of the sets the router left.
@@ -209,41 +214,14 @@ impl<'a> Pass<'a> {
         plan
     }
 
-    /// Services, the handshake ConfigMap, the sidecar's RBAC, the NetworkPolicies and the router, each applied when its
-    /// content changed; returns the router's ready replicas when the router is enabled.
+    /// Every support object (the kinds of `pd_core::child_kinds!`), each applied when its content
+    /// changed, in the list's stages; returns the router's ready replicas when the router is enabled.
     async fn apply_support(&self, rendered: &Rendered) -> Result<Option<i32>, Error> {
-        let (ctx, ns, name, uid) = (self.ctx, self.ns.as_str(), self.name.as_str(), self.uid.as_str());
-        let stores = &ctx.stores;
-        // Sent together, except the RoleBinding after its Role: RBAC's escalation check reads the
-        // Role (NotFound if it is not there yet) unless the caller may bind any role. Pods come
-        // after all of them, since admission refuses a pod whose ServiceAccount does not exist.
-        let rbac = async {
-            ctx.sync_children(&stores.roles, ns, name, uid, &rendered.roles).await?;
-            ctx.sync_children(&stores.role_bindings, ns, name, uid, &rendered.role_bindings).await
-        };
+        let owner = (self.ns.as_str(), self.name.as_str(), self.uid.as_str());
         // An older KV set keeps its handshake ConfigMap and gangs while it has pods.
         let live: BTreeSet<String> = self.observed.iter().filter(|p| !p.deleting).map(|p| p.set.to_string()).collect();
-        let gangs = async {
-            match &stores.pod_groups {
-                Some(store) => ctx.sync_children_keeping(store, (ns, name, uid), &rendered.pod_groups, &live).await.map(drop),
-                None => Ok(()),
-            }
-        };
-        let (_, _, _, _, _, _, routers) = futures::try_join!(
-            gangs,
-            ctx.sync_children(&stores.services, ns, name, uid, &rendered.services),
-            ctx.sync_children_keeping(&stores.config_maps, (ns, name, uid), &rendered.config_maps, &live),
-            ctx.sync_children(&stores.service_accounts, ns, name, uid, &rendered.service_accounts),
-            rbac,
-            ctx.sync_children(&stores.network_policies, ns, name, uid, &rendered.network_policies),
-            ctx.sync_children(&stores.deployments, ns, name, uid, &rendered.deployments),
-        )?;
-        Ok(self
-            .pdd
-            .spec
-            .router
-            .enabled
-            .then(|| routers.first().and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0)))
+        self.ctx.stores.sync(self.ctx, owner, rendered, &live).await?;
+        Ok(self.pdd.spec.router.enabled.then(|| self.router_deployment().and_then(|d| d.status.as_ref()?.ready_replicas).unwrap_or(0)))
     }
 
     /// Deletes what the plan retires (recreations under backoff), then creates every missing pod.
@@ -415,8 +393,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::controller::ChildStores;
     use crate::controller::cache::{Cache, DeploymentIndex};
+    use crate::controller::children::{CacheSource, ChildStores};
     use crate::controller::metrics::Metrics;
 
     /// One request the scripted API received: method, path, body.
@@ -470,18 +448,20 @@ mod tests {
         bodies.map(|(_, _, body)| serde_json::from_value(body.clone()).unwrap()).collect()
     }
 
-    fn stores_from(log: &[Recorded]) -> ChildStores {
-        ChildStores {
-            pods: store(applied(log, "pods")),
-            services: store(applied(log, "services")),
-            config_maps: store(applied(log, "configmaps")),
-            deployments: store(applied(log, "deployments")),
-            service_accounts: store(applied(log, "serviceaccounts")),
-            roles: store(applied(log, "roles")),
-            role_bindings: store(applied(log, "rolebindings")),
-            network_policies: store(applied(log, "networkpolicies")),
-            pod_groups: None,
+    /// Caches holding what the scripted API was asked to apply.
+    struct AppliedBy<'a>(&'a [Recorded]);
+
+    impl CacheSource for AppliedBy<'_> {
+        fn cache<K>(&self) -> Cache<K>
+        where
+            K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        {
+            store(applied(self.0, &K::plural(&())))
         }
+    }
+
+    fn stores_from(log: &[Recorded]) -> ChildStores {
+        ChildStores { pod_groups: None, ..ChildStores::from_source(&AppliedBy(log)) }
     }
 
     fn qwen() -> Arc<DeserializeGuard<PDDeployment>> {
@@ -528,16 +508,9 @@ mod tests {
         let rendered =
             render::render(&pdd, &pd_core::model::resolve(&pdd.spec.model, None), &context(scripted_api().0, stores_from(&[])).render)
                 .unwrap();
-        let named = |plural: &'static str, names: Vec<Option<String>>| names.into_iter().map(move |n| (plural.to_owned(), n.unwrap()));
-        let want: BTreeSet<(String, String)> = named("services", rendered.services.iter().map(|o| o.metadata.name.clone()).collect())
-            .chain(named("configmaps", rendered.config_maps.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("serviceaccounts", rendered.service_accounts.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("roles", rendered.roles.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("rolebindings", rendered.role_bindings.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("pods", rendered.pods().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("deployments", rendered.deployments.iter().map(|o| o.metadata.name.clone()).collect()))
-            .chain(named("networkpolicies", rendered.network_policies.iter().map(|o| o.metadata.name.clone()).collect()))
-            .collect();
+        let pods = rendered.pods().map(|p| ("pods".to_owned(), p.metadata.name.clone().unwrap()));
+        let want: BTreeSet<(String, String)> =
+            rendered.child_names().into_iter().map(|(plural, name)| (plural.to_owned(), name)).chain(pods).collect();
         let kind_and_name = |path: &str| {
             let mut parts = path.rsplit('/');
             let name = parts.next().unwrap().to_owned();
