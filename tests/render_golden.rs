@@ -232,3 +232,50 @@ fn attention_dp_is_spelled_as_each_release_reads_it() {
     assert!(!old.contains("--disaggregation-decode-allocation-policy"), "{old}");
     assert!(new.contains("--dp-size 1 --attn-dp-size 2") && new.contains("--disaggregation-decode-allocation-policy early"), "{new}");
 }
+
+fn rendered_with_operator_image(example: &str, operator_image: &str) -> Rendered {
+    let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
+    let pdd: &PDDeployment = &loaded.deployments[0].object;
+    let opts = RenderOptions { operator_image: operator_image.into(), ..RenderOptions::default() };
+    render::render(pdd, &model::resolve(&pdd.spec.model, None), &opts).unwrap()
+}
+
+#[test]
+fn the_operators_image_shapes_no_engine_pod_but_the_sidecar() {
+    for example in ["qwen3-gqa.yaml", "deepseek-v3-dcp.yaml", "multi-node-prefill.yaml"] {
+        let (a, b) = (rendered_with_operator_image(example, "pd-operator:a"), rendered_with_operator_image(example, "pd-operator:b"));
+        let (a_pods, b_pods): (Vec<_>, Vec<_>) = (a.pods().collect(), b.pods().collect());
+        assert_eq!(a_pods.len(), b_pods.len());
+        for (pa, pb) in a_pods.iter().zip(&b_pods) {
+            assert_eq!(pa.metadata, pb.metadata, "{example}: labels (revision) and annotations are the same");
+            let (sa, sb) = (pa.spec.as_ref().unwrap(), pb.spec.as_ref().unwrap());
+            assert_eq!(sa.containers, sb.containers, "{example}: the engine container is the same");
+            let sidecar_images = |s: &k8s_openapi::api::core::v1::PodSpec| -> Vec<Option<String>> {
+                s.init_containers.iter().flatten().map(|c| c.image.clone()).collect()
+            };
+            let strip = |s: &k8s_openapi::api::core::v1::PodSpec| {
+                let mut s = s.clone();
+                s.init_containers.iter_mut().flatten().for_each(|c| c.image = None);
+                s
+            };
+            assert_eq!(strip(sa), strip(sb), "{example}: the pods differ at most in the sidecar's image");
+            if !sidecar_images(sa).is_empty() {
+                assert_eq!(sidecar_images(sa), [Some("pd-operator:a".to_owned())]);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_revisions_pd_operator_0_1_0_gave_are_reproduced_for_adoption() {
+    // `pd-operator render -f examples/qwen3-gqa.yaml` of 0.1.0 (commit ad768bb) labelled the
+    // prefill pods 6573fb4acf and the decode pods 7f0ace4ab4, with its default image.
+    let loaded = manifest::load_files(&[PathBuf::from("examples/qwen3-gqa.yaml")]).unwrap();
+    let spec = &loaded.deployments[0].object.spec;
+    let legacy = |role| render::legacy_role_revision(spec, role, "pd-operator:0.1.0");
+    assert_eq!(legacy(pd_api::Role::Prefill).as_deref(), Some("6573fb4acf"));
+    assert_eq!(legacy(pd_api::Role::Decode).as_deref(), Some("7f0ace4ab4"));
+    assert_ne!(legacy(pd_api::Role::Prefill), Some(render::role_revision(spec, pd_api::Role::Prefill, &RenderOptions::default())));
+    let sim = &manifest::load_files(&[PathBuf::from("examples/sim-demo.yaml")]).unwrap().deployments[0].object.spec;
+    assert_eq!(render::legacy_role_revision(sim, pd_api::Role::Decode, "pd-operator:0.1.0"), None, "a sim engine's image changed");
+}

@@ -2,12 +2,14 @@
 //! and which to delete. Instances live and die as a group; spec changes roll one instance at a
 //! time per role, prefill and decode in step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
-use crate::render::{DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE};
+use crate::render::{
+    DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE, SIDECAR_CONTAINER,
+};
 use pd_api::{Role, RolloutSpec};
 
 const POD_READY: &str = "Ready";
@@ -42,6 +44,8 @@ pub struct ObservedPod {
     pub unschedulable: Option<String>,
     /// Since when the pod has been out of the router's pool, on its way out.
     pub draining_since: Option<jiff::Timestamp>,
+    /// The image its handshake sidecar runs (decode pods): the operator release that made it.
+    pub sidecar_image: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +55,27 @@ pub struct GateCondition {
     pub message: String,
     /// The rank map the sidecar published with a passed handshake.
     pub rank_map: Option<Vec<pd_api::RankTargets>>,
+}
+
+/// The image of `pod`'s handshake sidecar, if it has one.
+pub fn sidecar_image(pod: &Pod) -> Option<String> {
+    let containers = pod.spec.as_ref()?.init_containers.as_ref()?;
+    containers.iter().find(|c| c.name == SIDECAR_CONTAINER)?.image.clone()
+}
+
+/// Gives the current revision to pods pd-operator 0.1.0 labelled with the revision it derived
+/// from the same spec and its own image (`render::legacy_role_revision`): the engine they run
+/// is the current one. The images tried are the ones this PDDeployment's sidecars run, so
+/// prefill pods (which have no sidecar) are recognised by their decode peers' image.
+pub fn adopt_legacy(observed: &mut [ObservedPod], current: impl Fn(Role) -> String, legacy: impl Fn(Role, &str) -> Option<String>) {
+    let images: BTreeSet<String> = observed.iter().filter_map(|p| p.sidecar_image.clone()).collect();
+    for role in [Role::Prefill, Role::Decode] {
+        let old: BTreeSet<String> = images.iter().filter_map(|image| legacy(role, image)).collect();
+        let now = current(role);
+        for p in observed.iter_mut().filter(|p| p.role == role && p.revision != now && old.contains(&p.revision)) {
+            p.revision.clone_from(&now);
+        }
+    }
 }
 
 impl ObservedPod {
@@ -77,6 +102,7 @@ impl ObservedPod {
             ready: condition(POD_READY).is_some_and(|c| c.status == "True"),
             ready_since: condition(POD_READY).filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
             draining_since: pod.metadata.annotations.as_ref().and_then(|a| a.get(DRAINING_SINCE)).and_then(|t| t.parse().ok()),
+            sidecar_image: sidecar_image(pod),
             unschedulable: condition(POD_SCHEDULED)
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_default()),
@@ -112,6 +138,7 @@ impl ObservedPod {
             handshake: None,
             unschedulable: None,
             draining_since: None,
+            sidecar_image: None,
         }
     }
 
@@ -455,6 +482,20 @@ fn broken(want: &[Pod], have: &[ObservedPod]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_of_the_previous_release_are_adopted_by_their_decode_peers_sidecar_image() {
+        let mut observed = vec![have(Role::Prefill, 0, 0, "old-p"), have(Role::Decode, 0, 0, "old-d"), have(Role::Decode, 1, 0, "other")];
+        observed[1].sidecar_image = Some("op:1".into());
+        let current = |role: Role| format!("new-{}", role.as_str());
+        let legacy = |role: Role, image: &str| (image == "op:1").then(|| if role == Role::Prefill { "old-p" } else { "old-d" }.to_owned());
+        adopt_legacy(&mut observed, current, legacy);
+        let revisions: Vec<&str> = observed.iter().map(|p| p.revision.as_str()).collect();
+        assert_eq!(revisions, ["new-prefill", "new-decode", "other"], "a revision no release gave still rolls");
+        let mut no_sidecar = vec![have(Role::Prefill, 0, 0, "old-p")];
+        adopt_legacy(&mut no_sidecar, current, legacy);
+        assert_eq!(no_sidecar[0].revision, "old-p", "without a sidecar image there is nothing to recognise it by");
+    }
 
     /// A rendered instance of `nodes` pods named `{role}-{instance}-{node}`, at `revision`.
     fn want(role: Role, index: u32, nodes: u32, revision: &str) -> InstancePods {

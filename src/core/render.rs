@@ -245,18 +245,36 @@ pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
     ])
 }
 
-/// A short hash of everything that shapes a role's pods; a change rolls that role.
+/// A short hash of everything that shapes a role's engine pods; a change rolls that role. What
+/// belongs to the operator (its image, which the handshake sidecar runs) is not in it: an
+/// operator upgrade restarts no engine, and new sidecars come with the next rollout.
 pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) -> String {
-    let rs = spec.role(role);
-    let shaped = RoleSpec { replicas: 0, ..rs.clone() };
-    let mut inputs = serde_json::json!({
-        "role": role.as_str(), "engine": spec.engine, "model": spec.model, "kv": spec.kv_transfer,
-        "pool": shaped, "operatorImage": opts.operator_image,
-    });
-    // The stand-in's image shapes only stand-in pods: SGLang pods keep their revisions.
+    let mut inputs = revision_inputs(spec, role);
+    // The stand-in's image is a sim engine's own image.
     if spec.engine.engine_type == EngineType::Sim {
         inputs["simImage"] = opts.sim_image.clone().into();
     }
+    short_hash(&inputs)
+}
+
+/// The revision pd-operator 0.1.0 gave a role's SGLang pods, whose inputs held the operator's
+/// image too. A running pod labelled with it, for the image its PDDeployment's sidecars run, is
+/// the current revision under its old name: it is adopted, not restarted. `None` for the
+/// stand-in, whose engine image that release took from the operator's.
+pub fn legacy_role_revision(spec: &PDDeploymentSpec, role: Role, operator_image: &str) -> Option<String> {
+    let mut inputs = revision_inputs(spec, role);
+    inputs["operatorImage"] = operator_image.into();
+    (spec.engine.engine_type == EngineType::Sglang).then(|| short_hash(&inputs))
+}
+
+fn revision_inputs(spec: &PDDeploymentSpec, role: Role) -> serde_json::Value {
+    let shaped = RoleSpec { replicas: 0, ..spec.role(role).clone() };
+    serde_json::json!({
+        "role": role.as_str(), "engine": spec.engine, "model": spec.model, "kv": spec.kv_transfer, "pool": shaped,
+    })
+}
+
+fn short_hash(inputs: &serde_json::Value) -> String {
     let digest = Sha256::digest(inputs.to_string().as_bytes());
     digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }
@@ -411,9 +429,12 @@ pub fn restricted_security_context() -> SecurityContext {
     }
 }
 
+/// The handshake sidecar's container name (a restartable init container of each decode pod).
+pub const SIDECAR_CONTAINER: &str = "handshake";
+
 fn handshake_sidecar(opts: &RenderOptions) -> Container {
     Container {
-        name: "handshake".into(),
+        name: SIDECAR_CONTAINER.into(),
         image: Some(opts.operator_image.clone()),
         command: Some(vec!["pd-operator".into()]),
         args: Some(vec![

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -34,7 +34,7 @@ use children::ChildStores;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
 use pd_core::model::HfConfig;
-use pd_core::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions};
+use pd_core::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions, SIDECAR_CONTAINER};
 use pd_core::{plan, sets, status};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
@@ -442,7 +442,11 @@ fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDe
 /// container statuses, other labels and the conditions' other timestamps are most of a pod's memory, and the
 /// cache holds every pod.
 fn slim_pod(p: &mut Pod) {
-    p.spec = None;
+    // Of the spec, only the sidecar's image (`ObservedPod::sidecar_image`).
+    p.spec = plan::sidecar_image(p).map(|image| PodSpec {
+        init_containers: Some(vec![Container { name: SIDECAR_CONTAINER.into(), image: Some(image), ..Default::default() }]),
+        ..Default::default()
+    });
     let m = &mut p.metadata;
     if let Some(labels) = m.labels.as_mut() {
         labels.retain(|k, _| k == LABEL_DEPLOYMENT || plan::READ_LABELS.contains(&k.as_str()));

@@ -133,6 +133,12 @@ impl<'a> Pass<'a> {
         }
         // The cache hands pods out in no fixed order; messages that list them must not churn.
         observed.sort_by(|a, b| a.name.cmp(&b.name));
+        let spec = &pdd.spec;
+        plan::adopt_legacy(
+            &mut observed,
+            |role| render::role_revision(spec, role, &ctx.render),
+            |role, image| render::legacy_role_revision(spec, role, image),
+        );
         let status_key = format!("{ns}/{name}/{uid}");
         let known = ctx.known_status(&status_key, pdd);
         // Seen in the cache: from now on, a missing pod is really gone.
@@ -531,5 +537,41 @@ mod tests {
         reconcile(qwen(), context(client, stores_from(&first))).await.unwrap();
         let second = writes(&log.lock().unwrap());
         assert!(second.iter().all(|(_, p)| p.ends_with("/status")), "children written again: {second:?}");
+    }
+
+    #[tokio::test]
+    async fn engine_pods_of_the_previous_release_are_adopted_not_restarted() {
+        let (client, log) = scripted_api();
+        reconcile(qwen(), context(client, stores_from(&[]))).await.unwrap();
+        // The same pods as pd-operator 0.1.0 made them: its revision label and its sidecar image.
+        let spec = qwen().0.clone().unwrap().spec;
+        let mut first = log.lock().unwrap().clone();
+        for (_, path, body) in first.iter_mut().filter(|(m, p, _)| m == "PATCH" && p.contains("/pods/")) {
+            let role = if body["metadata"]["labels"][render::LABEL_ROLE] == "prefill" { Role::Prefill } else { Role::Decode };
+            body["metadata"]["labels"][render::LABEL_REVISION] =
+                render::legacy_role_revision(&spec, role, "pd-operator:0.1.0").unwrap().into();
+            for c in body["spec"]["initContainers"].as_array_mut().into_iter().flatten() {
+                c["image"] = "pd-operator:0.1.0".into();
+            }
+            assert!(!path.is_empty());
+        }
+        let (client, log) = scripted_api();
+        reconcile(qwen(), context(client, stores_from(&first))).await.unwrap();
+        let second = writes(&log.lock().unwrap());
+        assert!(second.iter().all(|(_, p)| p.ends_with("/status")), "an operator upgrade wrote engine pods: {second:?}");
+        let updated = |log: &[Recorded]| {
+            let status = &log.iter().rev().find(|(_, p, _)| p.ends_with("/status")).expect("a status write").2["status"];
+            (status["prefill"]["updatedReplicas"].as_i64(), status["decode"]["updatedReplicas"].as_i64())
+        };
+        assert_eq!(updated(&log.lock().unwrap()), (Some(2), Some(2)), "the adopted pods count as updated");
+        // A revision no release gave is not adopted: that pod is outdated.
+        let mut odd = first.clone();
+        let pod = odd
+            .iter_mut()
+            .find(|(m, p, b)| m == "PATCH" && p.contains("/pods/") && b["metadata"]["labels"][render::LABEL_ROLE] == "prefill");
+        pod.unwrap().2["metadata"]["labels"][render::LABEL_REVISION] = "0000000000".into();
+        let (client, log) = scripted_api();
+        reconcile(qwen(), context(client, stores_from(&odd))).await.unwrap();
+        assert_eq!(updated(&log.lock().unwrap()), (Some(1), Some(2)), "an unknown revision is not the current one");
     }
 }
