@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test chaos parity parity-sample image-test gateway-image e2e-kind tools build lint crd bench-serving
+.PHONY: demo demo-down test rules-test chaos parity parity-sample image-test gateway-image e2e-kind tools build lint crd bench-serving
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -11,6 +11,9 @@ demo-down:       ## stop what `make demo` started
 
 test:            ## unit, property and real-control-plane tests
 	hack/test.sh
+
+rules-test:      ## the alert rules' promtool unit tests alone (make test runs them first)
+	"$$(hack/prometheus.sh | tail -n 1)/promtool" test rules charts/pd-operator/rules/tests/*.yaml
 
 chaos:           ## control-plane and operator faults on a local control plane of their own
 	hack/chaos.sh
@@ -33,8 +36,9 @@ parity:          ## validate vs each SGLang release's own start-up (0.5.21-0.5.2
 parity-sample:   ## the same on examples, rule specs and a fixed-seed sample (CI)
 	hack/parity.sh --sample
 
-tools:           ## build the pinned Kubernetes test tooling into the cache
+tools:           ## build the pinned Kubernetes test tooling and Prometheus (promtool) into the cache
 	hack/tools.sh
+	hack/prometheus.sh
 
 build:
 	cargo build --locked --release -p pd-operator -p pd-sim

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: unit and property tests, then the suites against a real control plane started
-# here (or the cluster PD_E2E_KUBECONFIG points at). The cluster is stopped even on failure.
+# `make test`: the alert rules' promtool tests, unit and property tests, then the suites against a
+# real control plane started here (or the cluster PD_E2E_KUBECONFIG points at). The cluster is
+# stopped even on failure.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -8,6 +9,13 @@ cd "$ROOT"
 BIN=$(hack/tools.sh | tail -n 1)
 export PD_TOOLS_BIN="$BIN"
 export PATH="$BIN:$PATH"
+
+# The alert rules' unit tests run first, with a real promtool pinned like the tools above
+# (tests/observability.rs checks that every alert has cases that fire and cases that stay silent).
+PROM_BIN=$(hack/prometheus.sh | tail -n 1)
+export PD_PROMETHEUS_BIN="$PROM_BIN"
+echo "[test] promtool test rules charts/pd-operator/rules/tests"
+"$PROM_BIN/promtool" test rules charts/pd-operator/rules/tests/*.yaml
 
 # The interop tests load SGLang's bootstrap server from the pinned wheel.
 export PD_SGLANG_PYTHON=${PD_SGLANG_PYTHON:-$(hack/sglang-venv.sh)}

@@ -43,3 +43,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "pd-operator.webhookService" -}}
 {{ include "pd-operator.fullname" . }}-webhook
 {{- end }}
+
+{{- /* The PodMonitor's target labels from a PDDeployment pod's labels. */ -}}
+{{- define "pd-operator.servingRelabelings" -}}
+- {sourceLabels: [__meta_kubernetes_pod_label_pd_inference_dev_deployment], targetLabel: pdd}
+- {sourceLabels: [__meta_kubernetes_pod_label_pd_inference_dev_role], targetLabel: role}
+- {sourceLabels: [__meta_kubernetes_pod_label_pd_inference_dev_instance], targetLabel: pd_instance}
+- {sourceLabels: [__meta_kubernetes_pod_label_pd_inference_dev_kv_set], targetLabel: kv_set}
+{{- end }}
