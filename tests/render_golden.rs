@@ -8,20 +8,19 @@ use pd_core::model;
 use pd_core::render::{self, RenderOptions, Rendered};
 
 fn rendered(example: &str) -> Rendered {
+    let opts = RenderOptions {
+        operator_image: "pd-operator:test".into(),
+        sim_image: "pd-sim:test".into(),
+        default_namespace: "ml".into(),
+        workload_api: false,
+    };
+    rendered_with(example, &opts)
+}
+
+fn rendered_with(example: &str, opts: &RenderOptions) -> Rendered {
     let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
     let pdd: &PDDeployment = &loaded.deployments[0].object;
-    let facts = model::resolve(&pdd.spec.model, None);
-    render::render(
-        pdd,
-        &facts,
-        &RenderOptions {
-            operator_image: "pd-operator:test".into(),
-            sim_image: "pd-sim:test".into(),
-            default_namespace: "ml".into(),
-            workload_api: false,
-        },
-    )
-    .unwrap()
+    render::render(pdd, &model::resolve(&pdd.spec.model, None), opts).unwrap()
 }
 
 fn argv_of(r: &Rendered, pod: &str) -> String {
@@ -234,10 +233,7 @@ fn attention_dp_is_spelled_as_each_release_reads_it() {
 }
 
 fn rendered_with_operator_image(example: &str, operator_image: &str) -> Rendered {
-    let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
-    let pdd: &PDDeployment = &loaded.deployments[0].object;
-    let opts = RenderOptions { operator_image: operator_image.into(), ..RenderOptions::default() };
-    render::render(pdd, &model::resolve(&pdd.spec.model, None), &opts).unwrap()
+    rendered_with(example, &RenderOptions { operator_image: operator_image.into(), ..RenderOptions::default() })
 }
 
 #[test]

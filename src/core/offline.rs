@@ -7,9 +7,20 @@ use std::path::PathBuf;
 
 use pd_api::{Accelerator, PDDeployment, PDDeploymentSpec};
 
-use crate::manifest::{Loaded, LoadedDeployment};
+use crate::manifest::{self, Loaded, LoadedDeployment};
 use crate::model::{self, HfConfig};
 use crate::validate::{self, Finding, Severity};
+
+/// The PDDeployments (and ConfigMaps) of `files`, and the config.json `model_config` names: the
+/// input of every offline verdict. No PDDeployment in the files is an error.
+pub fn load(files: &[PathBuf], model_config: &Option<PathBuf>) -> Result<(Loaded, Option<HfConfig>), String> {
+    let loaded = manifest::load_files(files).map_err(|e| e.to_string())?;
+    if loaded.deployments.is_empty() {
+        let names = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ");
+        return Err(format!("no PDDeployment (pd.inference.dev/v1alpha1) found in {names}"));
+    }
+    Ok((loaded, read_model_config(model_config)?))
+}
 
 pub fn read_model_config(path: &Option<PathBuf>) -> Result<Option<HfConfig>, String> {
     let Some(path) = path else { return Ok(None) };

@@ -262,9 +262,11 @@ pub fn role_revision(spec: &PDDeploymentSpec, role: Role, opts: &RenderOptions) 
 /// the current revision under its old name: it is adopted, not restarted. `None` for the
 /// stand-in, whose engine image that release took from the operator's.
 pub fn legacy_role_revision(spec: &PDDeploymentSpec, role: Role, operator_image: &str) -> Option<String> {
-    let mut inputs = revision_inputs(spec, role);
-    inputs["operatorImage"] = operator_image.into();
-    (spec.engine.engine_type == EngineType::Sglang).then(|| short_hash(&inputs))
+    (spec.engine.engine_type == EngineType::Sglang).then(|| {
+        let mut inputs = revision_inputs(spec, role);
+        inputs["operatorImage"] = operator_image.into();
+        short_hash(&inputs)
+    })
 }
 
 fn revision_inputs(spec: &PDDeploymentSpec, role: Role) -> serde_json::Value {

@@ -10,9 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use pd_api::Accelerator;
-use pd_core::manifest::{self, Loaded};
-use pd_core::model::HfConfig;
-use pd_core::offline::{Assumed, check_one, read_model_config};
+use pd_core::offline::{self, Assumed, check_one};
 use pd_core::render::{self, RenderOptions};
 use pd_core::validate::{self, Severity};
 use pd_runtime::telemetry::LogArgs;
@@ -374,22 +372,10 @@ impl<'a> From<&'a ValidateArgs> for Assumed<'a> {
     }
 }
 
-fn load(files: &[PathBuf], model_config: &Option<PathBuf>) -> Result<(Loaded, Option<HfConfig>), ExitCode> {
-    let loaded = manifest::load_files(files).map_err(input_error)?;
-    if loaded.deployments.is_empty() {
-        return Err(input_error(format!(
-            "no PDDeployment (pd.inference.dev/v1alpha1) found in {}",
-            files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
-        )));
-    }
-    let config = read_model_config(model_config).map_err(input_error)?;
-    Ok((loaded, config))
-}
-
 fn run_validate(args: ValidateArgs) -> ExitCode {
-    let (loaded, config) = match load(&args.files, &args.model_config) {
+    let (loaded, config) = match offline::load(&args.files, &args.model_config) {
         Ok(v) => v,
-        Err(code) => return code,
+        Err(e) => return input_error(e),
     };
     let mut all_valid = true;
     let mut report = Vec::new();
@@ -429,9 +415,9 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
 }
 
 fn run_render(args: RenderArgs) -> ExitCode {
-    let (loaded, config) = match load(&args.files, &args.model_config) {
+    let (loaded, config) = match offline::load(&args.files, &args.model_config) {
         Ok(v) => v,
-        Err(code) => return code,
+        Err(e) => return input_error(e),
     };
     let opts = RenderOptions {
         operator_image: args.operator_image,

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use pd_api::Accelerator;
-use pd_core::manifest;
 use pd_core::offline::{self, Assumed};
 
 #[derive(Parser, Debug)]
@@ -40,8 +39,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let loaded = manifest::load_files(&args.files).map_err(|e| e.to_string())?;
-    let config = offline::read_model_config(&args.model_config)?;
+    let (loaded, config) = offline::load(&args.files, &args.model_config)?;
     let assumed = Assumed { accelerator: args.accelerator, engine_version: args.engine_version.as_deref() };
     let mut out = std::io::stdout().lock();
     for d in &loaded.deployments {
