@@ -10,7 +10,8 @@
 # PARITY_SEED=S override the generated corpus; PARITY_TABLE_ARGS=N the number of specs whose
 # extraArgs are drawn from each release's option table (default 1000, --sample 80; a false
 # admission there that tests/parity/startup-gaps.txt lists is a known gap, not a failure);
-# PARITY_JOBS=N oracle workers per accelerator profile (default 2); PARITY_JSON=prefix keeps the per-case report (prefix-<release>.json).
+# PARITY_JOBS=N oracle workers per accelerator profile (default 2); PARITY_JSON=prefix keeps the
+# per-case report (prefix-<release>.json).
 # The full run keeps SGLang's results in PARITY_ORACLE_CACHE (default under ~/.cache/pd-operator),
 # keyed by the oracle's code, its venv, the release's code and each process's inputs, so a rerun
 # sends only cases whose argv changed to SGLang; PARITY_ORACLE_CACHE= (empty) runs every case.
