@@ -1166,3 +1166,22 @@ fn an_extra_arg_refusal_says_what_to_write() {
     assert!(fix(2).is_some_and(|x| x.contains("give `--schedule-policy` one of lpm, random, fcfs")), "{f:#?}");
     assert!(fix(3).is_some_and(|x| x.contains("write `--disable-radix-cache` alone")), "{f:#?}");
 }
+
+#[test]
+fn a_prefill_s_chunked_prefill_size_is_a_multiple_of_its_page_size() {
+    let mut good = gqa();
+    good.prefill.template.extra_args = vec!["--chunked-prefill-size".into(), "8192".into()];
+    // A PD decode does not chunk prefills: SGLang skips the check there.
+    good.decode.template.extra_args = vec!["--chunked-prefill-size".into(), "1000".into()];
+    let mut bad = gqa();
+    bad.prefill.template.extra_args = vec!["--chunked-prefill-size=1000".into()];
+    case(
+        "chunked-prefill-page",
+        good,
+        bad.clone(),
+        "spec.prefill.template.extraArgs[0]",
+        "chunked_prefill_size must be divisible by page_size (--chunked-prefill-size 1000, page size 64)",
+    );
+    bad.kv_transfer.page_size = Some(8);
+    assert!(!run(&bad).iter().any(|f| f.rule == "chunked-prefill-page"), "1000 is a multiple of 8");
+}

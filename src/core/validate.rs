@@ -107,6 +107,7 @@ pub mod texts {
     pub const DSA_SHARDING_TRTLLM: &str = "DSA KV sharding requires TRTLLM prefill/decode with fp8_e4m3 KV and page size 64.";
     pub const DSA_SHARDING_MOONCAKE: &str =
         "DSA KV sharding requires Mooncake, uncompressed index_kpool=1 and no DSA cache layer splitting.";
+    pub const CHUNKED_PREFILL_PAGE: &str = "chunked_prefill_size must be divisible by page_size";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -315,9 +316,33 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     check_model_overrides(role, rs, spec, facts, out);
     check_context_parallel(role, rs, spec, facts, out);
     check_pp_speculative(role, rs, release_of(spec), out);
+    check_chunked_prefill(role, rs, spec, facts, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }
+}
+
+/// `validation_hook`'s chunked-prefill check (0.5.21–0.5.23): on any role but a PD decode, a
+/// `--chunked-prefill-size` above 0 must be a multiple of the page size the role resolves.
+fn check_chunked_prefill(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let reading = crate::sglang_args::read(release_of(spec), rs.template.extra_args.iter().map(String::as_str).enumerate());
+    let Some(last) = reading.occurrences.iter().rev().find(|o| o.spec.dest == "chunked_prefill_size") else { return };
+    let Some(&(index, value)) = last.values.first() else { return };
+    let Ok(size) = value.trim().replace('_', "").parse::<i64>() else { return };
+    if role == Role::Decode || size <= 0 {
+        return;
+    }
+    let requested = spec.kv_transfer.page_size.or_else(|| crate::resolve::unset_page_size(spec, facts).ok());
+    let page = crate::resolve::role_page_size(spec, facts, role, requested);
+    if page == 0 || size % i64::from(page) == 0 {
+        return;
+    }
+    out.push(Finding::error(
+        "chunked-prefill-page",
+        role.field(&format!("template.extraArgs[{index}]")),
+        format!("{} (--chunked-prefill-size {size}, page size {page})", texts::CHUNKED_PREFILL_PAGE),
+        format!("make `{}` a multiple of the page size {page} (or -1 to turn chunked prefill off)", last.option),
+    ));
 }
 
 /// `--speculative-algorithm` as resolution leaves it for the start-up checks: NEXTN becomes EAGLE.
