@@ -233,26 +233,32 @@ pub fn read<'a>(release: Release, args: impl IntoIterator<Item = (usize, &'a str
     let tokens: Vec<Token> = args.iter().map(|(_, a)| classify(release, a)).collect();
     let mut reading = Reading::default();
     let mut strays: Vec<usize> = Vec::new();
+    let values_after = |i: usize| tokens[i + 1..].iter().take_while(|t| **t == Token::Value).count();
     let mut i = 0;
     while i < args.len() {
         let (index, arg) = args[i];
-        match &tokens[i] {
-            Token::Value | Token::Unknown => strays.push(i),
-            Token::EndOfOptions => strays.extend(i..args.len()),
-            Token::Ambiguous(options) => reading.errors.push(ambiguous(index, arg, options)),
+        i += match &tokens[i] {
+            Token::Value | Token::Unknown => {
+                strays.push(i);
+                1
+            }
+            Token::EndOfOptions => {
+                strays.extend(i..args.len());
+                args.len() - i
+            }
+            Token::Ambiguous(options) => {
+                // argparse stops at it; the values after it are its own, not strays.
+                reading.errors.push(ambiguous(index, arg, options));
+                1 + values_after(i)
+            }
             Token::Option { option, spec, explicit } => {
-                let following = tokens[i + 1..].iter().take_while(|t| **t == Token::Value).count();
-                let (occurrence, taken, error) = consume(args[i], option, spec, *explicit, &args[i + 1..i + 1 + following]);
+                let following = &args[i + 1..i + 1 + values_after(i)];
+                let (occurrence, taken, error) = consume(args[i], option, spec, *explicit, following);
                 reading.errors.extend(error.or_else(|| check_values(&occurrence)));
                 reading.occurrences.push(occurrence);
-                i += 1 + taken;
-                continue;
+                1 + taken
             }
-        }
-        if tokens[i] == Token::EndOfOptions {
-            break;
-        }
-        i += 1;
+        };
     }
     if !strays.is_empty() {
         reading.errors.push(unrecognized(release, &args, &strays, &reading.occurrences));
@@ -541,6 +547,7 @@ mod tests {
             ["argument --attn-cp-size/--attention-context-parallel-size: invalid int value: 'two'"]
         );
         assert_eq!(errors(r, &["--", "x"]), ["unrecognized arguments: -- x"]);
+        assert_eq!(errors(r, &["--attn", "2"]), ["ambiguous option: --attn could match --attn-dp-size, --attn-cp-size"]);
         assert_eq!(errors(r, &["--log-level", "Debug"]), Vec::<String>::new());
         assert_eq!(errors(r, &["--log-level=verbose"]), ["AttributeError: module 'logging' has no attribute 'VERBOSE'"]);
     }
