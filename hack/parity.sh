@@ -8,7 +8,7 @@
 #   hack/parity.sh --sample   examples + rule-test specs + a fixed-seed sample per release, for CI
 # Env: PARITY_RELEASES="0.5.21 0.5.22 0.5.23" picks releases; PARITY_GENERATED=N and
 # PARITY_SEED=S override the generated corpus; PARITY_TABLE_ARGS=N the number of specs whose
-# extraArgs are drawn from each release's option table (default 1000, --sample 80; a false
+# extraArgs are drawn from each release's option table (default 1000, --sample 60; a false
 # admission there that tests/parity/startup-gaps.txt lists is a known gap, not a failure);
 # PARITY_JOBS=N oracle workers per accelerator profile (default 2); PARITY_JSON=prefix keeps the
 # per-case report (prefix-<release>.json).
@@ -24,7 +24,7 @@ generated=${PARITY_GENERATED:-5000}
 table_args=${PARITY_TABLE_ARGS:-1000}
 cache=${PARITY_ORACLE_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/parity-oracle.jsonl}
 sample=false
-[ "${1:-}" = "--sample" ] && sample=true && cache="" && table_args=${PARITY_TABLE_ARGS:-80}
+[ "${1:-}" = "--sample" ] && sample=true && cache="" && table_args=${PARITY_TABLE_ARGS:-60}
 seed=${PARITY_SEED:-15}
 python=$(hack/sglang-oracle-venv.sh | tail -n1)
 target=${CARGO_TARGET_DIR:-target}
