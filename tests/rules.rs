@@ -1001,3 +1001,187 @@ fn the_prefill_sender_refuses_a_dcp_it_cannot_relay_out() {
     same.prefill.parallelism.dcp = 4;
     assert!(!run(&same).iter().any(|f| f.rule == "prefill-dcp-relayout"), "equal DCP sizes connect matching ranks");
 }
+
+/// Each case: extraArgs SGLang 0.5.23's parser takes, extraArgs it refuses, the field and its text.
+#[test]
+fn extra_args_values_are_judged_as_sglang_argparse_judges_them() {
+    for (good, bad, index, text) in [
+        (
+            &["--chunked-prefill-size", "8192"][..],
+            &["--chunked-prefill-size", "8k"][..],
+            1,
+            "argument --chunked-prefill-size: invalid int value: '8k'",
+        ),
+        (&["--chunked-prefill-size=-1"], &["--chunked-prefill-size="], 0, "argument --chunked-prefill-size: invalid int value: ''"),
+        (
+            &["--mem-fraction-static", " 0.85 "],
+            &["--mem-fraction-static", "0,85"],
+            1,
+            "argument --mem-fraction-static: invalid float value: '0,85'",
+        ),
+        (
+            &["--context-length", "32k"],
+            &["--context-length", "32K"],
+            1,
+            "argument --context-length: Invalid integer value: '32K'. Use a plain integer",
+        ),
+        (
+            &["--sampling-backend", "pytorch"],
+            &["--sampling-backend", "torch"],
+            1,
+            "argument --sampling-backend: invalid choice: 'torch' (choose from",
+        ),
+        (&["--fuseep-mode", "02"], &["--fuseep-mode", "3"], 1, "argument --fuseep-mode: invalid choice: '3' (choose from 1, 2)"),
+        (
+            &["--moe-data-parallel-size=1"][..],
+            &["--moe-dp=two"][..],
+            0,
+            "argument --moe-dp-size/--moe-data-parallel-size: invalid int value: 'two'",
+        ),
+        (
+            &["--cuda-graph-bs-decode", "1", "2"],
+            &["--cuda-graph-bs-decode", "1", "x"],
+            2,
+            "argument --cuda-graph-bs-decode: invalid int value: 'x'",
+        ),
+        (
+            &["--preferred-sampling-params", "{\"temperature\": 0}"],
+            &["--preferred-sampling-params", "{temperature: 0}"],
+            1,
+            "argument --preferred-sampling-params: invalid loads value: '{temperature: 0}'",
+        ),
+        (
+            &["--cuda-graph-backend-decode", "full"],
+            &["--cuda-graph-backend-decode", "tc_piecewise"],
+            1,
+            "argument --cuda-graph-backend-decode: tc_piecewise was removed",
+        ),
+        (
+            &["--cuda-graph-config", "{\"decode\": {\"max_bs\": 8}}"],
+            &["--cuda-graph-config", "[]"],
+            1,
+            "--cuda-graph-config must be a JSON object, got list",
+        ),
+        (
+            &["--lora-paths", "{\"lora_name\": \"a\", \"lora_path\": \"/a\"}"],
+            &["--lora-paths", "{\"name\": \"a\"}"],
+            1,
+            "does not contain 'lora_name' and 'lora_path' keys.",
+        ),
+        (&["--enable-metrics"][..], &["--help"][..], 0, "`--help` prints the usage and exits"),
+        (
+            &["--log-level", "Warning"][..],
+            &["--log-level", "verbose"][..],
+            1,
+            "AttributeError: module 'logging' has no attribute 'VERBOSE'",
+        ),
+    ] {
+        let mut ok = mla();
+        ok.decode.template.extra_args = good.iter().map(|a| a.to_string()).collect();
+        let mut refused = mla();
+        refused.decode.template.extra_args = bad.iter().map(|a| a.to_string()).collect();
+        case("extra-args-argparse", ok, refused, &format!("spec.decode.template.extraArgs[{index}]"), text);
+    }
+}
+
+#[test]
+fn extra_args_value_counts_are_argparse_s() {
+    for (good, bad, index, text) in [
+        // a switch given a value, with `=` or as the next argument
+        (
+            &["--disable-radix-cache"][..],
+            &["--disable-radix-cache=true"][..],
+            0,
+            "argument --disable-radix-cache: ignored explicit argument 'true'",
+        ),
+        (&["--disable-radix-cache", "--enable-metrics"], &["--disable-radix-cache", "true"], 1, "unrecognized arguments: true"),
+        (
+            &["--no-dcp-replicate-q-proj"],
+            &["--dcp-replicate-q-proj=1"],
+            0,
+            "argument --dcp-replicate-q-proj/--no-dcp-replicate-q-proj: ignored explicit argument '1'",
+        ),
+        // a value missing: at the end, or followed by another option (`-1` is a value, `-x` is not)
+        (&["--max-running-requests", "-1"], &["--max-running-requests"], 0, "argument --max-running-requests: expected one argument"),
+        (
+            &["--max-running-requests", "8", "--enable-metrics"],
+            &["--max-running-requests", "--enable-metrics"],
+            0,
+            "argument --max-running-requests: expected one argument",
+        ),
+        (
+            &["--cuda-graph-bs-prefill", "8"],
+            &["--cuda-graph-bs-prefill"],
+            0,
+            "argument --cuda-graph-bs-prefill: expected at least one argument",
+        ),
+        // one value too many, or a flag and its value in one entry
+        (&["--max-running-requests", "8"], &["--max-running-requests", "8", "16"], 2, "unrecognized arguments: 16"),
+        (&["--max-running-requests=8"], &["--max-running-requests 8"], 0, "unrecognized arguments: --max-running-requests 8"),
+    ] {
+        let mut ok = gqa();
+        ok.prefill.template.extra_args = good.iter().map(|a| a.to_string()).collect();
+        let mut refused = gqa();
+        refused.prefill.template.extra_args = bad.iter().map(|a| a.to_string()).collect();
+        case("extra-args-argparse", ok, refused, &format!("spec.prefill.template.extraArgs[{index}]"), text);
+    }
+    // `--model-checksum` takes a value or none (nargs='?').
+    let mut optional = gqa();
+    optional.prefill.template.extra_args = vec!["--model-checksum".into(), "--enable-metrics".into()];
+    assert!(!run(&optional).iter().any(|f| f.rule == "extra-args-argparse"), "{:#?}", run(&optional));
+}
+
+#[test]
+fn extra_args_values_are_judged_by_the_release_s_parser() {
+    // 0.5.21 lists `tc_piecewise` among the CUDA-graph backends; 0.5.22 on refuse it in a converter.
+    let mut spec = mla();
+    spec.decode.template.extra_args = vec!["--cuda-graph-backend-decode".into(), "tc_piecewise".into()];
+    case(
+        "extra-args-argparse",
+        on("0.5.21", spec.clone()),
+        on("0.5.23", spec),
+        "spec.decode.template.extraArgs[1]",
+        "tc_piecewise was removed; select breakable, full, or disabled",
+    );
+    // `--lora-backend triton_v2` is a choice from 0.5.23 on.
+    let mut lora = mla();
+    lora.decode.template.extra_args = vec!["--lora-backend=triton_v2".into()];
+    case(
+        "extra-args-argparse",
+        on("0.5.23", lora.clone()),
+        on("0.5.21", lora),
+        "spec.decode.template.extraArgs[0]",
+        "argument --lora-backend: invalid choice: 'triton_v2' (choose from triton, csgmv, ascend, torch_native)",
+    );
+}
+
+#[test]
+fn an_extra_arg_refusal_says_what_to_write() {
+    let mut bad = mla();
+    bad.decode.template.extra_args =
+        vec!["--kv-cache-dtype-x".into(), "--schedule-policy".into(), "fifo".into(), "--disable-radix-cache=1".into()];
+    let f = run(&bad);
+    let fix = |i: usize| f.iter().find(|x| x.field == format!("spec.decode.template.extraArgs[{i}]")).map(|x| x.fix.clone());
+    assert!(fix(0).is_some_and(|x| x.contains("is not an option of SGLang 0.5.23")), "{f:#?}");
+    assert!(fix(2).is_some_and(|x| x.contains("give `--schedule-policy` one of lpm, random, fcfs")), "{f:#?}");
+    assert!(fix(3).is_some_and(|x| x.contains("write `--disable-radix-cache` alone")), "{f:#?}");
+}
+
+#[test]
+fn a_prefill_s_chunked_prefill_size_is_a_multiple_of_its_page_size() {
+    let mut good = gqa();
+    good.prefill.template.extra_args = vec!["--chunked-prefill-size".into(), "8192".into()];
+    // A PD decode does not chunk prefills: SGLang skips the check there.
+    good.decode.template.extra_args = vec!["--chunked-prefill-size".into(), "1000".into()];
+    let mut bad = gqa();
+    bad.prefill.template.extra_args = vec!["--chunked-prefill-size=1000".into()];
+    case(
+        "chunked-prefill-page",
+        good,
+        bad.clone(),
+        "spec.prefill.template.extraArgs[0]",
+        "chunked_prefill_size must be divisible by page_size (--chunked-prefill-size 1000, page size 64)",
+    );
+    bad.kv_transfer.page_size = Some(8);
+    assert!(!run(&bad).iter().any(|f| f.rule == "chunked-prefill-page"), "1000 is a multiple of 8");
+}

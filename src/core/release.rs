@@ -29,8 +29,10 @@ impl Release {
         }
     }
 
-    /// `sglang serve`'s options in this release, `--option dest` per line, as its own argparse
-    /// parser lists them (tests/parity/dump_flags.py writes each file from the release's wheel).
+    /// `sglang serve`'s options in this release as its own argparse parser holds them: per
+    /// action its option strings, destination, value count, conversion and choices (the file's
+    /// header says how; tests/parity/dump_flags.py writes each file from the release's wheel,
+    /// `sglang_args` reads it).
     pub fn option_table(self) -> &'static str {
         match self {
             Release::V0_5_21 => include_str!("sglang_flags/0.5.21.txt"),

@@ -107,6 +107,7 @@ pub mod texts {
     pub const DSA_SHARDING_TRTLLM: &str = "DSA KV sharding requires TRTLLM prefill/decode with fp8_e4m3 KV and page size 64.";
     pub const DSA_SHARDING_MOONCAKE: &str =
         "DSA KV sharding requires Mooncake, uncompressed index_kpool=1 and no DSA cache layer splitting.";
+    pub const CHUNKED_PREFILL_PAGE: &str = "chunked_prefill_size must be divisible by page_size";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
 }
 
@@ -315,9 +316,33 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     check_model_overrides(role, rs, spec, facts, out);
     check_context_parallel(role, rs, spec, facts, out);
     check_pp_speculative(role, rs, release_of(spec), out);
+    check_chunked_prefill(role, rs, spec, facts, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }
+}
+
+/// `validation_hook`'s chunked-prefill check (0.5.21–0.5.23): on any role but a PD decode, a
+/// `--chunked-prefill-size` above 0 must be a multiple of the page size the role resolves.
+fn check_chunked_prefill(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut Vec<Finding>) {
+    let reading = crate::sglang_args::read(release_of(spec), rs.template.extra_args.iter().map(String::as_str).enumerate());
+    let Some(last) = reading.occurrences.iter().rev().find(|o| o.spec.dest == "chunked_prefill_size") else { return };
+    let Some(&(index, value)) = last.values.first() else { return };
+    let Ok(size) = value.trim().replace('_', "").parse::<i64>() else { return };
+    if role == Role::Decode || size <= 0 {
+        return;
+    }
+    let requested = spec.kv_transfer.page_size.or_else(|| crate::resolve::unset_page_size(spec, facts).ok());
+    let page = crate::resolve::role_page_size(spec, facts, role, requested);
+    if page == 0 || size % i64::from(page) == 0 {
+        return;
+    }
+    out.push(Finding::error(
+        "chunked-prefill-page",
+        role.field(&format!("template.extraArgs[{index}]")),
+        format!("{} (--chunked-prefill-size {size}, page size {page})", texts::CHUNKED_PREFILL_PAGE),
+        format!("make `{}` a multiple of the page size {page} (or -1 to turn chunked prefill off)", last.option),
+    ));
 }
 
 /// `--speculative-algorithm` as resolution leaves it for the start-up checks: NEXTN becomes EAGLE.
@@ -897,44 +922,21 @@ fn check_gpus(role: Role, rs: &RoleSpec, out: &mut Vec<Finding>) {
 }
 
 fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, release: Release, out: &mut Vec<Finding>) {
-    let args = &rs.template.extra_args;
-    for (i, arg) in args.iter().enumerate() {
-        // The stand-in's own options (fault injection, timing model) are not SGLang's.
-        if engine == EngineType::Sim && crate::stand_in::is_stand_in_option(arg) {
-            continue;
-        }
-        let field = role.field(&format!("template.extraArgs[{i}]"));
-        let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
-        match match_option(release, arg) {
-            None => {}
-            Some(OptionMatch::Option { option, dest }) if MANAGED_DESTS.contains(&dest) => {
-                let read_as = if option == flag { String::new() } else { format!(" (SGLang's parser reads `{flag}` as `{option}`)") };
-                out.push(Finding::error(
-                    "extra-args-managed-flag",
-                    field,
-                    format!("`{option}` is managed by pd-operator and derived from the spec; extraArgs may not override it{read_as}"),
-                    format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
-                ));
-            }
-            Some(OptionMatch::Option { .. }) => {}
-            Some(OptionMatch::Ambiguous(options)) => out.push(Finding::error(
-                "extra-args-argparse",
-                field,
-                format!("ambiguous option: {flag} could match {}", options.join(", ")),
-                "spell the option out in full",
-            )),
-            Some(OptionMatch::Unknown) => {
-                // argparse lists the unknown option with the values that follow it.
-                let values = args[i + 1..].iter().take_while(|a| !a.starts_with("--"));
-                let shown: Vec<&str> = std::iter::once(arg.as_str()).chain(values.map(String::as_str)).collect();
-                out.push(Finding::error(
-                    "extra-args-argparse",
-                    field,
-                    format!("unrecognized arguments: {}", shown.join(" ")),
-                    format!("`{flag}` is not an option of SGLang {release}'s `sglang serve`; check the spelling, or remove it"),
-                ));
-            }
-        }
+    let reading = crate::sglang_args::read(release, sglang_extra_args(&rs.template.extra_args, engine));
+    let managed = |dest: Option<&str>| dest.is_some_and(|d| MANAGED_DESTS.contains(&d));
+    for o in reading.occurrences.iter().filter(|o| managed(Some(o.spec.dest))) {
+        let flag = o.written.split_once('=').map_or(o.written, |(f, _)| f);
+        let read_as = if o.option == flag { String::new() } else { format!(" (SGLang's parser reads `{flag}` as `{}`)", o.option) };
+        out.push(Finding::error(
+            "extra-args-managed-flag",
+            role.field(&format!("template.extraArgs[{}]", o.index)),
+            format!("`{}` is managed by pd-operator and derived from the spec; extraArgs may not override it{read_as}", o.option),
+            format!("remove `{flag}` from extraArgs and set the matching spec field instead"),
+        ));
+    }
+    // A managed flag's own value errors are moot: the flag has to go.
+    for e in reading.errors.into_iter().filter(|e| !managed(e.dest)) {
+        out.push(Finding::error("extra-args-argparse", role.field(&format!("template.extraArgs[{}]", e.index)), e.message, e.fix));
     }
     for (i, env) in rs.template.env.iter().enumerate() {
         if MANAGED_ENV.contains(&env.name.as_str()) {
@@ -950,6 +952,24 @@ fn check_extra_args(role: Role, rs: &RoleSpec, engine: EngineType, release: Rele
             ));
         }
     }
+}
+
+/// The extraArgs SGLang's parser reads, with their index: on the stand-in, without its own
+/// `--sim-*` options (and their values), which are not SGLang's.
+fn sglang_extra_args(args: &[String], engine: EngineType) -> Vec<(usize, &str)> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip_value = false;
+    for (i, arg) in args.iter().enumerate() {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        if engine == EngineType::Sim && crate::stand_in::is_stand_in_option(arg) {
+            skip_value = crate::stand_in::VALUE_OPTIONS.contains(&arg.as_str());
+            continue;
+        }
+        out.push((i, arg.as_str()));
+    }
+    out
 }
 
 /// The value an engine flag has in extraArgs (`Some("")` for a bare switch).

@@ -268,7 +268,8 @@ def run_process(proc, model_dir):
 
         err = io.StringIO()
         try:
-            with contextlib.redirect_stderr(err):
+            # `--help` prints the usage on stdout and exits 0: keep it out of the results stream.
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 sa = prepare_server_args(argv)
         except SystemExit as e:  # argparse prints `prog: error: <text>` and exits 2
             text = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {e.code}"
