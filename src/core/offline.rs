@@ -101,3 +101,37 @@ pub fn check_one(
     findings.extend(validate::validate_with_facts(&name, &with_assumed(&d.object.spec, assumed), &facts));
     (findings, facts)
 }
+
+/// `validate`'s report over loaded manifests (`pd-operator validate`, `kubectl pd validate`):
+/// every finding as `<name>: <field>: <message> (fix: <hint>)`, warnings prefixed `warning:`, and
+/// `<name>: valid (<model>)` for a valid spec; or, with `json`, one object per PDDeployment.
+/// The bool says whether every PDDeployment is valid.
+pub fn report(loaded: &Loaded, config: Option<&HfConfig>, assumed: Assumed<'_>, json: bool) -> Result<(String, bool), serde_json::Error> {
+    let mut all_valid = true;
+    let (mut text, mut objects) = (String::new(), Vec::new());
+    for d in &loaded.deployments {
+        let name = d.object.metadata.name.clone().unwrap_or_default();
+        let (findings, facts) = check_one(d, loaded, config, assumed);
+        let valid = validate::is_valid(&findings);
+        all_valid &= valid;
+        if json {
+            objects.push(serde_json::json!({
+                "file": d.path.display().to_string(), "document": d.doc, "name": name, "valid": valid,
+                "model": {"architecture": facts.architecture, "attention": facts.attention, "pool": facts.pool()},
+                "findings": findings,
+            }));
+            continue;
+        }
+        for f in &findings {
+            let prefix = if f.severity == Severity::Warning { "warning: " } else { "" };
+            text.push_str(&format!("{prefix}{name}: {f}\n"));
+        }
+        if valid {
+            text.push_str(&format!("{name}: valid ({})\n", facts.describe(&d.object.spec.model.path)));
+        }
+    }
+    if json {
+        text = serde_json::to_string_pretty(&objects)? + "\n";
+    }
+    Ok((text, all_valid))
+}

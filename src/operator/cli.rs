@@ -377,37 +377,10 @@ fn run_validate(args: ValidateArgs) -> ExitCode {
         Ok(v) => v,
         Err(e) => return input_error(e),
     };
-    let mut all_valid = true;
-    let mut report = Vec::new();
-    let mut out = String::new();
-    for d in &loaded.deployments {
-        let name = d.object.metadata.name.clone().unwrap_or_default();
-        let (findings, facts) = check_one(d, &loaded, config.as_ref(), (&args).into());
-        let valid = validate::is_valid(&findings);
-        all_valid &= valid;
-        match args.output {
-            OutputFormat::Text => {
-                for f in &findings {
-                    let prefix = if f.severity == Severity::Warning { "warning: " } else { "" };
-                    out.push_str(&format!("{prefix}{name}: {f}\n"));
-                }
-                if valid {
-                    out.push_str(&format!("{name}: valid ({})\n", facts.describe(&d.object.spec.model.path)));
-                }
-            }
-            OutputFormat::Json => report.push(serde_json::json!({
-                "file": d.path.display().to_string(), "document": d.doc, "name": name, "valid": valid,
-                "model": {"architecture": facts.architecture, "attention": facts.attention, "pool": facts.pool()},
-                "findings": findings,
-            })),
-        }
-    }
-    if args.output == OutputFormat::Json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(json) => out = json + "\n",
-            Err(e) => return runtime_error(format!("cannot serialize the report: {e}")),
-        }
-    }
+    let (out, all_valid) = match offline::report(&loaded, config.as_ref(), (&args).into(), args.output == OutputFormat::Json) {
+        Ok(r) => r,
+        Err(e) => return runtime_error(format!("cannot serialize the report: {e}")),
+    };
     if let Err(code) = write_stdout(&out) {
         return code;
     }
