@@ -41,7 +41,7 @@ tools:           ## build the pinned Kubernetes test tooling and Prometheus (pro
 	hack/prometheus.sh
 
 build:
-	cargo build --locked --release -p pd-operator -p pd-sim
+	cargo build --locked --release -p pd-operator -p pd-sim -p kubectl-pd
 
 lint:
 	cargo fmt --all --check

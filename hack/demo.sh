@@ -85,9 +85,11 @@ case "${1:-up}" in
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
 esac
 
-cargo build --locked --quiet -p pd-operator -p pd-sim
+cargo build --locked --quiet -p pd-operator -p pd-sim -p kubectl-pd
 PD="${CARGO_TARGET_DIR:-$ROOT/target}/debug/pd-operator"
 SIM="${CARGO_TARGET_DIR:-$ROOT/target}/debug/pd-sim"
+# `kubectl pd` is the plugin kubectl finds on PATH.
+PATH="${CARGO_TARGET_DIR:-$ROOT/target}/debug:$PATH"
 
 say "pd-operator validate: the seed's mistake (Qwen2.5, a GQA model, with decode dcp: 2)"
 "$PD" validate -f examples/qwen-dcp2-mistake.yaml || echo "(exit $?: rejected, as it should be)"
@@ -167,16 +169,21 @@ echo $! >"$PD_CLUSTER_DIR/sidecar.pid"
 for _ in $(seq 1 60); do handshake_condition | grep -q '^False PageSizeMismatch' && break; sleep 0.5; done
 echo "HandshakeReady: $(handshake_condition)"
 kubectl get pod sim-dsv3-decode-0-0 -o jsonpath='decode pod Ready={.status.conditions[?(@.type=="Ready")].status}{"\n"}'
+echo "$ kubectl pd explain sim-dsv3"
+kubectl pd explain sim-dsv3
 say "the prefill stand-in restarts with the matching page size; the sidecar re-checks"
 start_sim_prefill
 for _ in $(seq 1 60); do handshake_condition | grep -q '^True' && break; sleep 0.5; done
 echo "HandshakeReady: $(handshake_condition)"
-echo "status.rankMap: $(kubectl get pdd sim-dsv3 -o jsonpath='{.status.rankMap}')"
+echo "$ kubectl pd status sim-dsv3"
+kubectl pd status sim-dsv3
+echo "$ kubectl pd rankmap sim-dsv3"
+kubectl pd rankmap sim-dsv3
 
 say "requests: a chat completion through SGLang's gateway (smg) to the sim prefill and decode"
 serve_completion
 
 say "the cluster and the operator keep running; to use them:"
 echo "$EXPORT"
-echo "export PATH=$BIN:\$PATH"
+echo "export PATH=$BIN:${CARGO_TARGET_DIR:-$ROOT/target}/debug:\$PATH   # kubectl, helm and the kubectl pd plugin"
 echo "(operator log: $PD_CLUSTER_DIR/logs/operator.log; make demo-down stops everything)"

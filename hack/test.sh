@@ -35,7 +35,9 @@ echo "[test] running cargo test against $PD_E2E_KUBECONFIG"
 # builds only the package-under-test's own binaries for its tests: the suites also run pd-sim.
 LOG=$(mktemp)
 set +e
-cargo build --locked --workspace --bins && cargo test --locked --workspace --no-fail-fast -- --test-threads="${PD_TEST_THREADS:-4}" 2>&1 | tee "$LOG"
+cargo build --locked --workspace --bins \
+  && KUBECTL_PD="${CARGO_TARGET_DIR:-target}/debug/kubectl-pd" hack/krew.sh test \
+  && cargo test --locked --workspace --no-fail-fast -- --test-threads="${PD_TEST_THREADS:-4}" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary.

@@ -29,6 +29,34 @@ fn start_prefill(bootstrap: u16, extra: &[&str]) -> Background {
     p
 }
 
+/// `kubectl pd explain`, found by kubectl's own plugin lookup, names the pod with SGLang's text;
+/// the rank map is not there yet.
+fn plugin_explains_the_mismatch(ns: &TestNamespace, name: &str, pod_line: &str) {
+    let explain = text(&cluster().kubectl_pd(&["explain", name, "-n", &ns.name]));
+    assert!(explain.contains("is not Ready") && explain.contains("HandshakeReady=False"), "{explain}");
+    assert!(explain.contains(pod_line), "{explain}");
+    let rankmap = text(&cluster().kubectl_pd(&["rankmap", name, "-n", &ns.name]));
+    assert!(rankmap.contains("no rank map yet"), "{rankmap}");
+}
+
+/// `kubectl pd rankmap` draws the map (the table row and the matrix row of decode rank 1),
+/// `status` shows the decode pod's passed handshake, and a wrong name exits 2.
+fn plugin_draws_the_rank_map(ns: &TestNamespace, name: &str, decode_pod: &str) {
+    let o = cluster().kubectl_pd(&["rankmap", name, "-n", &ns.name]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rankmap = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(rankmap.contains("decode (attention TP 2, PP 1, DCP 1) reads from prefill (attention TP 4, PP 1, CP 1)"), "{rankmap}");
+    let words: Vec<String> = rankmap.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    assert!(words.iter().any(|l| l == "1 0 2,3 0 0 1 1"), "{rankmap}");
+    assert!(words.iter().any(|l| l == "rank 1 pp 0 . . # #"), "{rankmap}");
+    let status = text(&cluster().kubectl_pd(&["status", name, "-n", &ns.name]));
+    assert!(status.contains(&format!("PDDeployment {}/{name}", ns.name)) && status.contains("HandshakeReady"), "{status}");
+    assert!(status.lines().any(|l| l.starts_with(decode_pod) && l.ends_with("passed")), "{status}");
+    let missing = cluster().kubectl_pd(&["status", "no-such-pdd", "-n", &ns.name]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert!(text(&missing).contains("pddeployment \"no-such-pdd\" not found"), "{}", text(&missing));
+}
+
 #[test]
 fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill_matches() {
     let ns = TestNamespace::new("handshake");
@@ -65,6 +93,11 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
     assert_eq!(gate["message"], format!("prefill {addr}: RuntimeError: {PAGE_SIZE_32_VS_64}"));
     assert_eq!(condition(&pod, "Ready").unwrap()["status"], "False", "a failed handshake must keep the decode pod out of service");
     assert!(ns.get_json("pdd", name).unwrap()["status"]["rankMap"].is_null());
+    plugin_explains_the_mismatch(
+        &ns,
+        name,
+        &format!("{decode_pod}  handshake failed (PageSizeMismatch): prefill {addr}: RuntimeError: {PAGE_SIZE_32_VS_64}"),
+    );
 
     // The sidecar's token may patch its own PDDeployment's decode pods' status, nothing else.
     let as_sidecar = |args: &[&str]| {
@@ -107,6 +140,7 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
         let ready = condition(&p, "Ready").ok_or_else(|| p["status"].to_string())?;
         (ready["status"] == "True").then_some(()).ok_or_else(|| ready.to_string())
     });
+    plugin_draws_the_rank_map(&ns, name, &decode_pod);
     let o = cluster().kubectl(&["get", "events.events.k8s.io", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}"]);
     let reasons = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(reasons.contains("PageSizeMismatch") && reasons.contains("HandshakeSucceeded"), "events: {reasons}");

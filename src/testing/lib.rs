@@ -95,6 +95,22 @@ impl Cluster {
         Command::new(self.tool("kubectl")).args(args).env("KUBECONFIG", &self.kubeconfig).output().expect("run kubectl")
     }
 
+    /// `kubectl pd ARGS`: the plugin found by kubectl's own plugin lookup, with this workspace's
+    /// `kubectl-pd` first on PATH.
+    pub fn kubectl_pd(&self, args: &[&str]) -> Output {
+        let plugin_dir = bin("kubectl-pd").parent().expect("a binary has a directory").to_path_buf();
+        let path =
+            std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())))
+                .expect("PATH entries without separators");
+        Command::new(self.tool("kubectl"))
+            .arg("pd")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", path)
+            .output()
+            .expect("run kubectl pd")
+    }
+
     pub fn helm(&self, args: &[&str]) -> Output {
         Command::new(self.tool("helm")).args(args).env("KUBECONFIG", &self.kubeconfig).output().expect("run helm")
     }
