@@ -93,6 +93,43 @@ fn cel_rules_reject_impossible_arithmetic_with_their_message() {
     assert!(ns.get_json("pdd", "bad").is_err());
 }
 
+fn sourced(source: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: src}}\nspec:\n  model: {{path: Qwen/Qwen3-8B, source: {source}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 2}}}}\n  decode: {{parallelism: {{tp: 2}}}}\n  router: {{enabled: false}}\n"
+    )
+}
+
+#[test]
+fn each_model_source_renders_pods_the_apiserver_accepts_and_cel_wants_exactly_one() {
+    let ns = TestNamespace::new("source");
+    let dir = tempfile::tempdir().unwrap();
+    // A dry run stores nothing, so the decode pods' ServiceAccount must exist for their admission.
+    let o = cluster().kubectl(&["create", "serviceaccount", "src-decode", "-n", &ns.name]);
+    assert!(o.status.success(), "{}", text(&o));
+    for source in [
+        "{pvc: {claimName: weights, path: qwen3-8b}}",
+        "{image: {reference: 'registry.example/models/qwen3-8b:1', pullPolicy: IfNotPresent}}",
+        "{hostPath: {path: /mnt/models/qwen3-8b}}",
+        "{huggingFace: {repo: Qwen/Qwen3-8B, revision: main, endpoint: 'http://hub-mirror:8080', tokenSecretRef: {name: hf}}}",
+    ] {
+        let file = dir.path().join("src.yaml");
+        std::fs::write(&file, sourced(source)).unwrap();
+        let (code, yaml, err) = common::operator(&["render", "-f", file.to_str().unwrap(), "-n", &ns.name]);
+        assert_eq!(code, 0, "{source}: {err}");
+        assert!(yaml.contains("--served-model-name") || source.contains("huggingFace"), "{source}: {yaml}");
+        // The rendered engine pods, volumes and all, pass the apiserver's own validation.
+        let o = cluster().kubectl_stdin(&["apply", "--dry-run=server", "-n", &ns.name, "-f", "-"], &yaml);
+        assert!(o.status.success(), "{source}: {}", text(&o));
+    }
+    for (source, expect) in
+        [("{pvc: {claimName: a}, hostPath: {path: /m}}", "give exactly one model source"), ("{}", "give exactly one model source")]
+    {
+        let o = ns.apply(&sourced(source));
+        assert!(!o.status.success() && text(&o).contains(expect), "{source}: {}", text(&o));
+    }
+    assert!(ns.get_json("pdd", "src").is_err(), "nothing stored");
+}
+
 #[test]
 fn deleting_a_pddeployment_garbage_collects_owned_children() {
     let ns = TestNamespace::new("gc");

@@ -135,6 +135,102 @@ pub struct ModelSpec {
     /// `--revision`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Where the weights come from. Set, `path` is the id the engines serve
+    /// (`--served-model-name`, unless `servedName` is given) and `--model-path` points at the
+    /// weights: mounted read-only at `/models` in every engine pod of both roles (`pvc`,
+    /// `image`, `hostPath`), or the Hub repository (`huggingFace`). Unset, `path` goes to
+    /// `--model-path` as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ModelSource>,
+}
+
+/// Exactly one of its fields.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("[has(self.huggingFace), has(self.pvc), has(self.image), has(self.hostPath)].filter(x, x).size() == 1").message("give exactly one model source: huggingFace, pvc, image or hostPath"))]
+pub struct ModelSource {
+    /// A Hugging Face Hub repository (or a mirror of the Hub's API), fetched by each engine pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugging_face: Option<HuggingFaceSource>,
+    /// A PersistentVolumeClaim holding the weights, mounted read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcModelSource>,
+    /// An OCI image holding the weights, mounted read-only as a Kubernetes image volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageModelSource>,
+    /// A directory already on every node the engines run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<HostPathModelSource>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HuggingFaceSource {
+    /// `org/name` on the Hub: `--model-path`.
+    #[schemars(length(min = 1))]
+    pub repo: String,
+    /// A branch, tag or commit: `--revision` (wins over `model.revision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// A Secret key holding the access token: `HF_TOKEN` of every engine container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_ref: Option<SecretKeyRef>,
+    /// The Hub's URL, for a mirror: `HF_ENDPOINT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Defaults to `token`.
+    #[serde(default = "default_token_key")]
+    pub key: String,
+}
+
+pub fn default_token_key() -> String {
+    "token".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcModelSource {
+    #[schemars(length(min = 1))]
+    pub claim_name: String,
+    /// The model's directory inside the volume (relative; default: its root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageModelSource {
+    /// The image holding the weights, e.g. `registry.example/models/qwen3-8b:1`.
+    #[schemars(length(min = 1))]
+    pub reference: String,
+    /// The model's directory inside the image (relative; default: its root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPathModelSource {
+    /// An absolute directory on the node.
+    #[schemars(length(min = 1))]
+    pub path: String,
+}
+
+impl ModelSpec {
+    /// The id the model catalogue knows the model by: the Hub repository of a Hugging Face
+    /// source, else `path`.
+    pub fn catalogue_id(&self) -> &str {
+        self.source.as_ref().and_then(|s| s.hugging_face.as_ref()).map_or(&self.path, |h| &h.repo)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]

@@ -428,7 +428,7 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
     } else {
         let (arch, source) = match model.architecture.as_deref() {
             Some(a) => (Some(a.to_owned()), Some(KindSource::Architecture(a.to_owned()))),
-            None => match architecture_for_path(&model.path) {
+            None => match architecture_for_path(model.catalogue_id()) {
                 Some(a) => (Some(a.to_owned()), Some(KindSource::ModelId(a.to_owned()))),
                 None => (None, None),
             },

@@ -168,6 +168,7 @@ impl Rendered {
     }
 }
 
+pub mod model_source;
 mod netpol;
 pub mod placement;
 
@@ -291,12 +292,12 @@ pub fn engine_args(spec: &PDDeploymentSpec, role: Role, name: &str, ns: &str, in
         a.push(f.to_owned());
         a.push(v);
     };
-    flag("--model-path", spec.model.path.clone());
-    if let Some(n) = &spec.model.served_name {
-        flag("--served-model-name", n.clone());
+    flag("--model-path", model_source::model_path(&spec.model));
+    if let Some(n) = model_source::served_name(&spec.model) {
+        flag("--served-model-name", n);
     }
-    if let Some(r) = &spec.model.revision {
-        flag("--revision", r.clone());
+    if let Some(r) = model_source::revision(&spec.model) {
+        flag("--revision", r);
     }
     flag("--disaggregation-mode", role.as_str().into());
     flag("--disaggregation-bootstrap-port", kv.bootstrap_port.to_string());
@@ -592,6 +593,7 @@ impl PodSlot<'_> {
         if self.spec.kv_transfer.all_cp_ranks_transfer {
             env.push(env_value("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "true"));
         }
+        env.extend(model_source::env(&self.spec.model));
         env.extend(self.template().env.iter().cloned());
         env
     }
@@ -620,6 +622,7 @@ impl PodSlot<'_> {
             ports.push(port("dist-init", DIST_INIT_PORT));
         }
         let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
+        mounts.extend(model_source::volume(&spec.model).map(|(_, mount)| mount));
         mounts.extend(self.template().volume_mounts.iter().cloned());
         // Only the leader of a multi-node instance serves HTTP.
         let leader = node == 0;
@@ -652,6 +655,7 @@ impl PodSlot<'_> {
             }),
             ..Default::default()
         }];
+        volumes.extend(model_source::volume(&self.spec.model).map(|(volume, _)| volume));
         volumes.extend(t.volumes.iter().cloned());
         volumes
     }
@@ -920,7 +924,11 @@ impl Intent {
 /// What the pods of `role` report in the handshake, and the model they serve (`KV_CONTRACT`).
 /// `pinned` is the spec with the page size both roles use.
 pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Result<String, RenderError> {
-    let model = serde_json::json!({"path": pinned.model.path, "revision": pinned.model.revision});
+    let mut model = serde_json::json!({"path": pinned.model.path, "revision": pinned.model.revision});
+    // Only a spec with a source carries one: contracts of specs without stay as they were.
+    if let Some(source) = model_source::identity(&pinned.model) {
+        model["source"] = source;
+    }
     let side = match role {
         Role::Prefill => crate::resolve::prefill_info(pinned, facts).to_body(),
         Role::Decode => serde_json::to_value(crate::resolve::decode_topology(pinned, facts))

@@ -206,6 +206,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
             "set spec.model.path to a Hugging Face id or a path inside the pod",
         ));
     }
+    check_model_source(spec, &mut out);
     let sizes_ok = check_sizes(Role::Prefill, &spec.prefill, &mut out) & check_sizes(Role::Decode, &spec.decode, &mut out);
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
@@ -1312,4 +1313,54 @@ fn largest_divisor_at_most(n: u32, limit: u32) -> u32 {
 /// True when no finding is an error.
 pub fn is_valid(findings: &[Finding]) -> bool {
     findings.iter().all(|f| f.severity != Severity::Error)
+}
+
+/// Ours, not SGLang's: a model source the pods could not mount as written (a path leaving the
+/// volume, a relative host path, a mirror that is no URL), or a template volume or mount where
+/// the source goes (the apiserver would refuse the pod, or the engine read other files).
+fn check_model_source(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    use crate::render::model_source::{MODEL_MOUNT, MODEL_VOLUME};
+    let Some(source) = &spec.model.source else { return };
+    let sub_paths =
+        [("pvc", source.pvc.as_ref().and_then(|p| p.path.as_deref())), ("image", source.image.as_ref().and_then(|i| i.path.as_deref()))];
+    for (kind, path) in sub_paths {
+        if let Some(path) = path.filter(|p| p.starts_with('/') || p.split('/').any(|c| c == "..")) {
+            let (field, message) = (format!("spec.model.source.{kind}.path"), format!("{path:?} is not a directory inside the volume"));
+            out.push(Finding::error("model-source", field, message, "give a relative path without `..`, e.g. `qwen3-8b`"));
+        }
+    }
+    if let Some(host) = source.host_path.as_ref().filter(|h| !h.path.starts_with('/')) {
+        let message = format!("{:?} is not an absolute directory on the node", host.path);
+        out.push(Finding::error(
+            "model-source",
+            "spec.model.source.hostPath.path",
+            message,
+            "give an absolute path, e.g. /mnt/models/qwen3-8b",
+        ));
+    }
+    if let Some(endpoint) =
+        source.hugging_face.as_ref().and_then(|h| h.endpoint.as_ref()).filter(|e| !e.starts_with("http://") && !e.starts_with("https://"))
+    {
+        let message = format!("{endpoint:?} is not an http(s) URL; it becomes HF_ENDPOINT");
+        out.push(Finding::error(
+            "model-source",
+            "spec.model.source.huggingFace.endpoint",
+            message,
+            "give the mirror's URL, e.g. https://hf-mirror.example",
+        ));
+    }
+    if source.hugging_face.is_some() {
+        return;
+    }
+    for role in [Role::Prefill, Role::Decode] {
+        let t = &spec.role(role).template;
+        if t.volumes.iter().any(|v| v.name == MODEL_VOLUME) {
+            let message = format!("the volume name {MODEL_VOLUME:?} holds spec.model.source in every engine pod");
+            out.push(Finding::error("model-source", role.field("template.volumes"), message, "rename the template's volume"));
+        }
+        if t.volume_mounts.iter().any(|m| m.mount_path.trim_end_matches('/') == MODEL_MOUNT) {
+            let message = format!("{MODEL_MOUNT} is where spec.model.source is mounted");
+            out.push(Finding::error("model-source", role.field("template.volumeMounts"), message, "mount the template's volume elsewhere"));
+        }
+    }
 }
