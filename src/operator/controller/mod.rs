@@ -5,6 +5,7 @@ mod children;
 pub mod leader;
 pub mod metrics;
 mod reconcile;
+mod scale;
 pub mod watchdog;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -329,6 +330,8 @@ fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStat
             status::DEGRADED => c.status == "True",
             status::PROGRESSING => c.status == "False",
             status::READY => true,
+            // A clamp, or the end of one, is news to whoever scaled.
+            pd_core::scaling::SCALING_LIMITED => true,
             _ => c.status != "True",
         }
     })
