@@ -435,7 +435,11 @@ mod tests {
                 let mut answer = body.clone();
                 if path.ends_with("/status") {
                     // A status apply carries only the status; the server answers with the whole object.
-                    answer = serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap();
+                    answer = if path.contains("/pdroles/") {
+                        serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDRole", "metadata": {}, "spec": {"role": "decode"}})
+                    } else {
+                        serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap()
+                    };
                     answer["status"] = body["status"].clone();
                 }
                 let answer = http_body_util::Full::new(bytes::Bytes::from(serde_json::to_vec(&answer).unwrap()));
