@@ -107,7 +107,11 @@ fn cel_rules_reject_a_ratio_band_or_role_bounds_that_cannot_hold() {
     let o = ns.apply(&spec("{ratio: {min: 0, max: 1}}"));
     assert!(text(&o).contains("spec.scaling.ratio.min must be positive"), "{}", text(&o));
     let o = ns.apply(&spec("{decode: {minReplicas: 4, maxReplicas: 2}}"));
-    assert!(text(&o).contains("spec.scaling.decode.minReplicas") && text(&o).contains("lower minReplicas or raise maxReplicas"), "{}", text(&o));
+    assert!(
+        text(&o).contains("spec.scaling.decode.minReplicas") && text(&o).contains("lower minReplicas or raise maxReplicas"),
+        "{}",
+        text(&o)
+    );
     assert!(ns.get_json("pdd", "bad").is_err(), "nothing stored");
     let o = ns.apply(&spec("{ratio: {min: 0.5, max: 2}, decode: {minReplicas: 0, maxReplicas: 8}}"));
     assert!(o.status.success(), "a band that holds is accepted: {}", text(&o));

@@ -925,7 +925,9 @@ fn each_role_scales_through_its_pdrole_and_a_reapplied_pddeployment_does_not_und
         let ok = d["spec"]["replicas"] == 2
             && s["replicas"] == 2
             && s["replicasOwner"] == "PDDeployment"
-            && s["selector"].as_str().is_some_and(|sel| sel.contains("pd.inference.dev/role=decode") && sel.contains("pd.inference.dev/node-rank=0"));
+            && s["selector"]
+                .as_str()
+                .is_some_and(|sel| sel.contains("pd.inference.dev/role=decode") && sel.contains("pd.inference.dev/node-rank=0"));
         let p = ns.get_json("pdrole", "scale-prefill")?;
         (ok && p["status"]["replicas"] == 1).then_some(()).ok_or_else(|| format!("{d} {p}"))
     });
@@ -949,7 +951,8 @@ fn each_role_scales_through_its_pdrole_and_a_reapplied_pddeployment_does_not_und
     assert_eq!(ns.get_json("pdrole", "scale-decode").unwrap()["spec"]["replicas"], 3);
 
     // A ratio band: at most 1 decode per prefill; decode asked 9 runs 4, with a condition and an Event.
-    let banded = format!("{reapplied}  scaling: {{ratio: {{min: 0.5, max: 1}}}}\n").replace("metadata: {name: scale}", "metadata: {name: scale}");
+    let banded =
+        format!("{reapplied}  scaling: {{ratio: {{min: 0.5, max: 1}}}}\n").replace("metadata: {name: scale}", "metadata: {name: scale}");
     assert!(ns.apply(&banded).status.success(), "banded manifest");
     kubectl_ok(&["scale", "-n", &ns.name, "pdd/scale", "--replicas", "2"]);
     kubectl_ok(&["scale", "-n", &ns.name, "pdrole/scale-decode", "--replicas", "9"]);
@@ -967,7 +970,11 @@ fn each_role_scales_through_its_pdrole_and_a_reapplied_pddeployment_does_not_und
     wait_for(WAIT, "a ScalingLimited Event on the PDDeployment", || {
         let o = cluster().kubectl(&["get", "events", "-n", &ns.name, "--field-selector", "reason=ScalingLimited", "-o", "json"]);
         let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())?;
-        let found = v["items"].as_array().into_iter().flatten().any(|e| e["note"].as_str().or(e["message"].as_str()).is_some_and(|m| m.contains("decode: 9 instances asked")));
+        let found = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["note"].as_str().or(e["message"].as_str()).is_some_and(|m| m.contains("decode: 9 instances asked")));
         found.then_some(()).ok_or_else(|| v.to_string())
     });
     // Back in the band: the condition clears.
