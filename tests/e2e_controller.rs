@@ -481,7 +481,9 @@ fn each_instance_lands_within_one_rack() {
     let ns = TestNamespace::new("rack");
     let _ctl = ControllerProcess::start(&ns.name);
     let _nodes = TestNodes::add(&ns, &["a", "b", "a", "b"]);
-    assert!(ns.apply(&placed(&ns, "{topologyKey: rack}", 2, 0)).status.success());
+    // No decode: a role runs at least one instance unless its minReplicas allows zero.
+    let spec = placed(&ns, "{topologyKey: rack}", 2, 0) + "  scaling: {decode: {minReplicas: 0}}\n";
+    assert!(ns.apply(&spec).status.success());
     let racks: BTreeMap<String, String> = (0..4).map(|i| (format!("{}-n{i}", ns.name), ["a", "b", "a", "b"][i].to_owned())).collect();
     wait_for(WAIT, "both prefill instances bound, each within one rack", || {
         let b = bindings(&ns)?;
