@@ -137,6 +137,14 @@ impl Scaled {
         }
     }
 
+    /// The PDDeployment's per-unit count of `role` (`spec.<role>.replicas`).
+    pub fn per_unit(&self, role: Role) -> u32 {
+        match role {
+            Role::Prefill => self.per_unit.0,
+            Role::Decode => self.per_unit.1,
+        }
+    }
+
     /// Why `role` runs other than it asked, if it does.
     pub fn limited(&self, role: Role) -> Option<&Limited> {
         self.limited.iter().find(|l| l.role == role)
@@ -145,7 +153,10 @@ impl Scaled {
     /// The `ScalingLimited` condition: (status, reason, message).
     pub fn condition(&self) -> (bool, &'static str, String) {
         match self.limited.first() {
-            None => (false, "AsAsked", format!("prefill runs {} and decode {} instances, as asked", self.prefill, self.decode)),
+            None => {
+                let each = |role: Role| format!("{} {} (asked by {})", role.as_str(), self.count(role), self.ask(role).source.owner());
+                (false, "AsAsked", format!("instances run as asked: {}, {}", each(Role::Prefill), each(Role::Decode)))
+            }
             Some(first) => (true, first.bound.reason(), self.limited.iter().map(Limited::message).collect::<Vec<_>>().join("; ")),
         }
     }
@@ -326,6 +337,7 @@ mod tests {
         assert_eq!((scaled.prefill, scaled.decode), (2, 4));
         assert!(scaled.limited.is_empty());
         assert!(!scaled.condition().0);
+        assert_eq!(scaled.condition().2, "instances run as asked: prefill 2 (asked by PDDeployment), decode 4 (asked by PDDeployment)");
         let scaled = scale(&s, &Asked { decode: by("kubectl", 7), ..Asked::default() });
         assert_eq!((scaled.prefill, scaled.decode), (2, 7), "a role's own ask moves that role only");
         assert_eq!(scaled.ask(Role::Decode).source.owner(), "kubectl");

@@ -167,16 +167,7 @@ fn unschedulable(observed: &[ObservedPod]) -> Option<String> {
 fn units(inputs: &StatusInputs) -> i32 {
     let spec = &inputs.pdd.spec;
     // With the counts decided, `pdd` runs them as one unit: the units are the declared ones.
-    let declared = |role: Role| match inputs.scaling {
-        Some(s) => {
-            if role == Role::Prefill {
-                s.per_unit.0
-            } else {
-                s.per_unit.1
-            }
-        }
-        None => u32::try_from(spec.role(role).replicas).unwrap_or(0),
-    };
+    let declared = |role: Role| inputs.scaling.map_or_else(|| u32::try_from(spec.role(role).replicas).unwrap_or(0), |s| s.per_unit(role));
     let per_role = [Role::Prefill, Role::Decode].into_iter().filter_map(|role| {
         let per_unit = Some(declared(role)).filter(|n| *n > 0)?;
         let present: std::collections::BTreeSet<u32> =
