@@ -131,6 +131,32 @@ fn each_model_source_renders_pods_the_apiserver_accepts_and_cel_wants_exactly_on
 }
 
 #[test]
+fn cel_rules_reject_a_ratio_band_or_role_bounds_that_cannot_hold() {
+    let ns = TestNamespace::new("celscale");
+    let spec = |scaling: &str| {
+        format!(
+            "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: bad}}\nspec:\n  model: {{path: Qwen/Qwen3-8B}}\n  prefill: {{}}\n  decode: {{}}\n  scaling: {scaling}\n"
+        )
+    };
+    let o = ns.apply(&spec("{ratio: {min: 3, max: 1}}"));
+    assert!(!o.status.success());
+    assert!(text(&o).contains("spec.scaling.ratio.min") && text(&o).contains("must not exceed spec.scaling.ratio.max"), "{}", text(&o));
+    let o = ns.apply(&spec("{ratio: {min: 0, max: 1}}"));
+    assert!(text(&o).contains("spec.scaling.ratio.min must be positive"), "{}", text(&o));
+    let o = ns.apply(&spec("{decode: {minReplicas: 4, maxReplicas: 2}}"));
+    assert!(
+        text(&o).contains("spec.scaling.decode.minReplicas") && text(&o).contains("lower minReplicas or raise maxReplicas"),
+        "{}",
+        text(&o)
+    );
+    assert!(ns.get_json("pdd", "bad").is_err(), "nothing stored");
+    let o = ns.apply(&spec("{ratio: {min: 0.5, max: 2}, decode: {minReplicas: 0, maxReplicas: 8}}"));
+    assert!(o.status.success(), "a band that holds is accepted: {}", text(&o));
+    let stored = ns.get_json("pdd", "bad").unwrap();
+    assert_eq!(stored["spec"]["scaling"]["prefill"]["minReplicas"], 1, "a role's minimum defaults to 1");
+}
+
+#[test]
 fn deleting_a_pddeployment_garbage_collects_owned_children() {
     let ns = TestNamespace::new("gc");
     let o = ns.apply_file(&repo_path("examples/deepseek-v3-dcp.yaml"));

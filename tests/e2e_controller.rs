@@ -334,8 +334,12 @@ fn host_ipv4() -> String {
         .to_owned()
 }
 
+/// The external metrics API is one APIService for the whole cluster: one test at a time.
+static EXTERNAL_METRICS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn an_hpa_scales_the_pddeployment_through_its_scale_subresource() {
+    let _one = EXTERNAL_METRICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let ns = TestNamespace::new("hpa");
     let _ctl = ControllerProcess::start(&ns.name);
     let metrics = ExternalMetrics::start(&ns);
@@ -477,7 +481,9 @@ fn each_instance_lands_within_one_rack() {
     let ns = TestNamespace::new("rack");
     let _ctl = ControllerProcess::start(&ns.name);
     let _nodes = TestNodes::add(&ns, &["a", "b", "a", "b"]);
-    assert!(ns.apply(&placed(&ns, "{topologyKey: rack}", 2, 0)).status.success());
+    // No decode: a role runs at least one instance unless its minReplicas allows zero.
+    let spec = placed(&ns, "{topologyKey: rack}", 2, 0) + "  scaling: {decode: {minReplicas: 0}}\n";
+    assert!(ns.apply(&spec).status.success());
     let racks: BTreeMap<String, String> = (0..4).map(|i| (format!("{}-n{i}", ns.name), ["a", "b", "a", "b"][i].to_owned())).collect();
     wait_for(WAIT, "both prefill instances bound, each within one rack", || {
         let b = bindings(&ns)?;
@@ -889,4 +895,143 @@ fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
     });
     let lease = ns.get_json("lease", "pd-operator-leader").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
+}
+
+/// `(prefill, decode)` live instance counts.
+fn counts(ns: &TestNamespace, pdd: &str) -> Result<(usize, usize), String> {
+    live_instances(ns, pdd).map(|(p, d)| (p.len(), d.len()))
+}
+
+fn wait_counts(ns: &TestNamespace, want: (usize, usize), why: &str) {
+    wait_for(WAIT, &format!("{want:?} prefill/decode instances: {why}"), || {
+        let got = counts(ns, "scale")?;
+        (got == want).then_some(()).ok_or_else(|| format!("{got:?}"))
+    });
+}
+
+fn kubectl_ok(args: &[&str]) {
+    let o = cluster().kubectl(args);
+    assert!(o.status.success(), "kubectl {args:?}: {}", text(&o));
+}
+
+#[test]
+fn each_role_scales_through_its_pdrole_and_a_reapplied_pddeployment_does_not_undo_it() {
+    let ns = TestNamespace::new("roles");
+    let _ctl = ControllerProcess::start(&ns.name);
+    // One unit: 1 prefill and 2 decode instances.
+    assert!(ns.apply(&scaled(2)).status.success());
+    wait_counts(&ns, (1, 2), "the PDDeployment's unit");
+    wait_for(WAIT, "each PDRole reporting its instances, leader selector and owner", || {
+        let d = ns.get_json("pdrole", "scale-decode")?;
+        let s = &d["status"];
+        let ok = d["spec"]["replicas"] == 2
+            && s["replicas"] == 2
+            && s["replicasOwner"] == "PDDeployment"
+            && s["selector"]
+                .as_str()
+                .is_some_and(|sel| sel.contains("pd.inference.dev/role=decode") && sel.contains("pd.inference.dev/node-rank=0"));
+        let p = ns.get_json("pdrole", "scale-prefill")?;
+        (ok && p["status"]["replicas"] == 1).then_some(()).ok_or_else(|| format!("{d} {p}"))
+    });
+    // kubectl scale on the decode role moves decode only.
+    kubectl_ok(&["scale", "-n", &ns.name, "pdrole/scale-decode", "--replicas", "3"]);
+    wait_counts(&ns, (1, 3), "decode scaled through its PDRole");
+    let owner = ns.get_json("pdrole", "scale-decode").unwrap()["status"]["replicasOwner"].clone();
+    wait_for(WAIT, "the decode PDRole owned by kubectl", || {
+        let o = ns.get_json("pdrole", "scale-decode")?["status"]["replicasOwner"].clone();
+        (o != "PDDeployment" && o.is_string()).then_some(()).ok_or_else(|| format!("{o} (was {owner})"))
+    });
+    // Re-applying the PDDeployment with other per-unit counts moves prefill, not the scaled decode.
+    let reapplied = scaled(2).replace("prefill: {replicas: 1", "prefill: {replicas: 2");
+    assert!(ns.apply(&reapplied).status.success());
+    wait_counts(&ns, (2, 3), "prefill from the re-applied PDDeployment, decode as kubectl left it");
+    // So does the PDDeployment's own /scale.
+    kubectl_ok(&["scale", "-n", &ns.name, "pdd/scale", "--replicas", "2"]);
+    wait_counts(&ns, (4, 3), "two units of prefill; decode still its own");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(counts(&ns, "scale").unwrap(), (4, 3), "nothing undid the decode count");
+    assert_eq!(ns.get_json("pdrole", "scale-decode").unwrap()["spec"]["replicas"], 3);
+
+    // A ratio band: at most 1 decode per prefill; decode asked 9 runs 4, with a condition and an Event.
+    let banded =
+        format!("{reapplied}  scaling: {{ratio: {{min: 0.5, max: 1}}}}\n").replace("metadata: {name: scale}", "metadata: {name: scale}");
+    assert!(ns.apply(&banded).status.success(), "banded manifest");
+    kubectl_ok(&["scale", "-n", &ns.name, "pdd/scale", "--replicas", "2"]);
+    kubectl_ok(&["scale", "-n", &ns.name, "pdrole/scale-decode", "--replicas", "9"]);
+    wait_counts(&ns, (4, 4), "decode clamped to the band's max with 4 prefill");
+    wait_for(WAIT, "ScalingLimited=True with the band's reason and the PDRole's target", || {
+        let (status, reason, message) = condition(&ns, "scale", "ScalingLimited")?;
+        let role = ns.get_json("pdrole", "scale-decode")?;
+        let ok = status == "True"
+            && reason == "AboveRatioBand"
+            && message.contains("spec.scaling.ratio.max")
+            && role["status"]["targetReplicas"] == 4
+            && role["spec"]["replicas"] == 9;
+        ok.then_some(()).ok_or_else(|| format!("{status} {reason} {message}; {}", role["status"]))
+    });
+    wait_for(WAIT, "a ScalingLimited Event on the PDDeployment", || {
+        let o = cluster().kubectl(&["get", "events", "-n", &ns.name, "--field-selector", "reason=ScalingLimited", "-o", "json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())?;
+        let found = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["note"].as_str().or(e["message"].as_str()).is_some_and(|m| m.contains("decode: 9 instances asked")));
+        found.then_some(()).ok_or_else(|| v.to_string())
+    });
+    // Back in the band: the condition clears.
+    kubectl_ok(&["scale", "-n", &ns.name, "pdrole/scale-decode", "--replicas", "3"]);
+    wait_for(WAIT, "ScalingLimited=False once the ask fits", || {
+        let (status, reason, _) = condition(&ns, "scale", "ScalingLimited")?;
+        (status == "False" && counts(&ns, "scale")? == (4, 3)).then_some(()).ok_or_else(|| format!("{status} {reason}"))
+    });
+    // Removing the role's spec.replicas hands the count back to the PDDeployment (2 units × 2 decode).
+    kubectl_ok(&["patch", "-n", &ns.name, "pdrole/scale-decode", "--type=json", "-p", r#"[{"op":"remove","path":"/spec/replicas"}]"#]);
+    wait_counts(&ns, (4, 4), "decode following the PDDeployment again");
+    wait_for(WAIT, "the PDDeployment owning the decode count again", || {
+        let role = ns.get_json("pdrole", "scale-decode")?;
+        (role["status"]["replicasOwner"] == "PDDeployment" && role["spec"]["replicas"] == 4).then_some(()).ok_or_else(|| role.to_string())
+    });
+}
+
+#[test]
+fn an_hpa_scales_one_role_through_its_pdrole() {
+    let _one = EXTERNAL_METRICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let ns = TestNamespace::new("rolehpa");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let metrics = ExternalMetrics::start(&ns);
+    metrics.set("pd_decode_queue", 5);
+    wait_for(WAIT, "the external metrics API to answer through the aggregator", || {
+        let path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/pd_decode_queue", ns.name);
+        let o = cluster().kubectl(&["get", "--raw", &path]);
+        o.status.success().then_some(()).ok_or_else(|| text(&o))
+    });
+    // 1 prefill and 2 decode; decode may not go past 3 (spec.scaling.decode.maxReplicas).
+    let spec = format!("{}  scaling: {{decode: {{maxReplicas: 3}}}}\n", scaled(2));
+    assert!(ns.apply(&spec).status.success());
+    wait_counts(&ns, (1, 2), "the PDDeployment's unit");
+    let hpa = serde_json::json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "decode"},
+        "spec": {"scaleTargetRef": {"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDRole", "name": "scale-decode"},
+            "minReplicas": 1, "maxReplicas": 6,
+            "metrics": [{"type": "External", "external": {"metric": {"name": "pd_decode_queue"}, "target": {"type": "AverageValue", "averageValue": "10"}}}],
+            "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0}, "scaleDown": {"stabilizationWindowSeconds": 0}}}});
+    assert!(ns.apply(&hpa.to_string()).status.success());
+    let hpa_state = || ns.get_json("hpa", "decode").map(|h| h["status"].to_string()).unwrap_or_default();
+    wait_for(Duration::from_secs(120), "the HPA taking decode to 1, prefill untouched", || {
+        let got = counts(&ns, "scale")?;
+        (got == (1, 1)).then_some(()).ok_or_else(|| format!("{got:?}; hpa {}", hpa_state()))
+    });
+    // 50 queued: the HPA asks 5 decode, the role's maximum holds it at 3 and says so.
+    metrics.set("pd_decode_queue", 50);
+    wait_for(Duration::from_secs(120), "decode at its maximum of 3 with ScalingLimited", || {
+        let got = counts(&ns, "scale")?;
+        let (status, reason, _) = condition(&ns, "scale", "ScalingLimited")?;
+        let asked = ns.get_json("pdrole", "scale-decode")?["spec"]["replicas"].as_i64().unwrap_or_default();
+        (got == (1, 3) && asked > 3 && status == "True" && reason == "AboveMaxReplicas")
+            .then_some(())
+            .ok_or_else(|| format!("{got:?} asked {asked} {status} {reason}; hpa {}", hpa_state()))
+    });
+    // A re-applied PDDeployment leaves the HPA's count alone.
+    assert!(ns.apply(&spec.replace("prefill: {replicas: 1", "prefill: {replicas: 2")).status.success());
+    wait_counts(&ns, (2, 3), "prefill from the manifest, decode from the HPA");
 }

@@ -267,3 +267,44 @@ fn smg_parses_the_rendered_router_argv_as_pd_discovery() {
         })
     );
 }
+
+/// What a request sees while a role is scaled to zero (`spec.scaling.<role>.minReplicas: 0`,
+/// docs/scaling.md): the gateway stays up and answers at once with 503 `no_available_workers`
+/// naming the missing role; nothing is queued. Here decode has no worker, as when its pods are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_decode_worker_the_gateway_answers_503_naming_the_role() {
+    let py = smg_python();
+    let pair = start_pair(&[], &[]);
+    let (port, metrics) = (free_port(), free_port());
+    let gw = Background::spawn(
+        "smg-no-decode",
+        Command::new(&py).args(["-m", "smg.launch_router", "--pd-disaggregation"]).args([
+            "--prefill",
+            &format!("http://127.0.0.1:{}", pair.prefill_http),
+            &pair.bootstrap.to_string(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--prometheus-port",
+            &metrics.to_string(),
+        ]),
+    );
+    gw.wait_port(port);
+    let start = Instant::now();
+    let (status, body) = loop {
+        let (status, body) = post(port, "/v1/chat/completions", &chat(4, false)).await;
+        // Until the prefill is activated the gateway names the prefill; then the decode.
+        if status == 503 && body.contains("decode") {
+            break (status, body);
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never answered for the missing decode: {status} {body}\n{}", gw.log_text());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let answer: Value = serde_json::from_str(&body).expect("a JSON error");
+    assert_eq!((status, answer["error"]["code"].as_str()), (503, Some("no_available_workers")), "{body}");
+    let asked = Instant::now();
+    let (again, _) = post(port, "/v1/chat/completions", &chat(4, false)).await;
+    assert_eq!(again, 503);
+    assert!(asked.elapsed() < Duration::from_secs(2), "the answer is immediate, not queued: {:?}", asked.elapsed());
+}

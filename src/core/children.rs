@@ -49,6 +49,9 @@ macro_rules! child_kinds {
                 /// One gang per multi-node instance (`spec.placement.gang`).
                 pod_groups: ::k8s_openapi::api::scheduling::v1beta1::PodGroup {
                     stage: 0, per_set: true, gated: true, slim: $crate::children::keep_all },
+                /// Each role's scale target (`PDRole`, `/scale` for `kubectl scale`, HPA, KEDA).
+                pd_roles: ::pd_api::PDRole {
+                    stage: 0, per_set: false, gated: false, slim: $crate::children::keep_all },
             ],
         }
     };

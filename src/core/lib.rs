@@ -13,6 +13,7 @@ pub mod plan;
 pub mod release;
 pub mod render;
 pub mod resolve;
+pub mod scaling;
 pub mod sets;
 pub mod sglang_args;
 pub mod stand_in;

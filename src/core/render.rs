@@ -23,7 +23,7 @@ use thiserror::Error;
 
 use crate::model::ModelFacts;
 use pd_api::Role;
-use pd_api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, RoleSpec};
+use pd_api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, PDRole, PDRoleSpec, RoleSpec};
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const OPERATOR: &str = "pd-operator";
@@ -229,6 +229,28 @@ pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16, set: u3
 pub fn engine_selector(name: &str) -> Selector {
     let roles = [Role::Prefill, Role::Decode].map(|r| r.as_str().to_owned());
     Selector::from_iter([Expression::Equal(LABEL_DEPLOYMENT.into(), name.into()), Expression::In(LABEL_ROLE.into(), roles.into())])
+}
+
+/// The leader pod (node rank 0) of each instance of one role, as a `PDRole`'s `/scale` selector:
+/// one pod per instance, the unit the role's count is in.
+pub fn role_leader_selector(name: &str, role: Role) -> Selector {
+    Selector::from_iter([
+        Expression::Equal(LABEL_DEPLOYMENT.into(), name.into()),
+        Expression::Equal(LABEL_ROLE.into(), role.as_str().into()),
+        Expression::Equal(LABEL_NODE_RANK.into(), "0".into()),
+    ])
+}
+
+/// Each role's scale target (`PDRole` `<name>-<role>`), asking for the instances `spec` runs.
+/// The controller hands `spec.replicas` to whoever else owns it (`scaling::yield_replicas`).
+fn scale_targets(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Vec<PDRole> {
+    [Role::Prefill, Role::Decode]
+        .map(|role| PDRole {
+            metadata: meta(pd_api::role_object_name(name, role), ns, common_labels(name, role.as_str()), owners),
+            spec: PDRoleSpec { role: role.into(), replicas: Some(i32::try_from(spec.instances(role)).unwrap_or(i32::MAX)) },
+            status: None,
+        })
+        .into()
 }
 
 /// `engine_selector` as the `LabelSelector` of NetworkPolicies and topology spread.
@@ -1017,6 +1039,7 @@ pub fn render_sets(
     (out.instances, out.surge) = (instances, surge);
     out.network_policies = netpol::policies(spec, name, &ns, &owners);
     out.pod_groups = placement::pod_groups(spec, name, &ns, set, &owners, opts);
+    out.pd_roles = scale_targets(spec, name, &ns, &owners);
     if spec.router.enabled {
         let (deployment, service) = router_objects(spec, name, &ns, sets.routed, &owners);
         let (account, role, binding) = router_rbac(name, &ns, &owners);

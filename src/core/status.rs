@@ -38,6 +38,9 @@ pub struct StatusInputs<'a> {
     pub kv_set: Option<pd_api::KvSetStatus>,
     /// The page size both roles run with (`Rendered::page_size`), once rendered.
     pub page_size: Option<u32>,
+    /// Each role's count as decided from the asks (`scaling::scale`), once the spec is valid:
+    /// `pdd` then runs those counts, and the `ScalingLimited` condition reports any clamp.
+    pub scaling: Option<&'a crate::scaling::Scaled>,
     pub now: Time,
 }
 
@@ -163,8 +166,10 @@ fn unschedulable(observed: &[ObservedPod]) -> Option<String> {
 /// that have pods not being deleted, divided by that role's instances per unit; the fewer.
 fn units(inputs: &StatusInputs) -> i32 {
     let spec = &inputs.pdd.spec;
+    // With the counts decided, `pdd` runs them as one unit: the units are the declared ones.
+    let declared = |role: Role| inputs.scaling.map_or_else(|| u32::try_from(spec.role(role).replicas).unwrap_or(0), |s| s.per_unit(role));
     let per_role = [Role::Prefill, Role::Decode].into_iter().filter_map(|role| {
-        let per_unit = u32::try_from(spec.role(role).replicas).ok().filter(|n| *n > 0)?;
+        let per_unit = Some(declared(role)).filter(|n| *n > 0)?;
         let present: std::collections::BTreeSet<u32> =
             inputs.observed.iter().filter(|p| p.role == role && !p.deleting).map(|p| p.instance).collect();
         Some(u32::try_from(present.len()).unwrap_or(u32::MAX) / per_unit)
@@ -232,6 +237,10 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let (ha, hr, hm) = handshake(inputs.observed);
     conditions.push(cond(HANDSHAKE_READY, ha, &hr, hm));
     conditions.push(progressing(inputs, valid, &p, &d));
+    if let Some(scaled) = inputs.scaling {
+        let (limited, reason, message) = scaled.condition();
+        conditions.push(cond(crate::scaling::SCALING_LIMITED, Some(limited), reason, message));
+    }
     conditions.push(degraded(inputs, valid, &p, &d));
     let router_ok = inputs.router_ready.is_none_or(|r| r > 0);
     let all = valid && pa == Some(true) && da == Some(true) && ha == Some(true) && router_ok;
@@ -440,6 +449,7 @@ mod tests {
             degraded: None,
             kv_set: None,
             page_size: None,
+            scaling: None,
             now: Time(jiff::Timestamp::UNIX_EPOCH),
         }
     }

@@ -198,6 +198,7 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
     check_name(name, spec, &mut out);
     check_release(spec, &mut out);
     check_rollout(spec, &mut out);
+    check_scaling(spec, &mut out);
     if spec.model.path.trim().is_empty() {
         out.push(Finding::error(
             "model-path",
@@ -1243,6 +1244,49 @@ fn check_operator_policy(spec: &PDDeploymentSpec, facts: &ModelFacts, out: &mut 
             "the router is enabled while one role has 0 replicas; every request will fail",
             "scale both roles to at least 1, or disable the router",
         ));
+    }
+}
+
+/// `spec.scaling`: a ratio band that can hold and role bounds that do not cross (the CRD's CEL
+/// rules say the same at the apiserver, without the values).
+fn check_scaling(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    if let Some(band) = spec.scaling.ratio {
+        if !(band.min > 0.0 && band.min.is_finite()) {
+            out.push(Finding::error(
+                "scaling-ratio",
+                "spec.scaling.ratio.min",
+                format!("the ratio band's min must be a positive number of decode instances per prefill instance, got {}", band.min),
+                "set spec.scaling.ratio.min above 0 (e.g. 0.5), or drop spec.scaling.ratio",
+            ));
+        }
+        if band.min > band.max || !band.max.is_finite() {
+            out.push(Finding::error(
+                "scaling-ratio",
+                "spec.scaling.ratio.max",
+                format!("the ratio band is empty: min {} exceeds max {}", band.min, band.max),
+                "set spec.scaling.ratio.max at or above spec.scaling.ratio.min",
+            ));
+        }
+    }
+    for role in [Role::Prefill, Role::Decode] {
+        let limits = spec.scaling.role(role);
+        let field = |f: &str| format!("spec.scaling.{}.{f}", role.as_str());
+        if limits.min_replicas < 0 {
+            out.push(Finding::error(
+                "scaling-bounds",
+                field("minReplicas"),
+                format!("minReplicas must not be negative, got {}", limits.min_replicas),
+                "set minReplicas to 0 (scale to zero allowed) or more",
+            ));
+        }
+        if let Some(max) = limits.max_replicas.filter(|m| *m < limits.min_replicas) {
+            out.push(Finding::error(
+                "scaling-bounds",
+                field("maxReplicas"),
+                format!("maxReplicas {max} is below minReplicas {}", limits.min_replicas),
+                "raise maxReplicas to at least minReplicas, or lower minReplicas",
+            ));
+        }
     }
 }
 

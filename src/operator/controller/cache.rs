@@ -128,7 +128,8 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
 }
 
 /// A watch of `api` that keeps a cache of what it sees, and the stream that triggers reconciles.
-/// Managed fields are dropped (most of an object's bytes, never read here), and `slim` drops
+/// Managed fields are dropped (most of an object's bytes) but for who owns `spec.replicas` (which
+/// tells a `PDRole` scaled by someone else from one the operator drives), and `slim` drops
 /// whatever else of `K` reconciles do not read.
 pub fn cached<K>(
     api: Api<K>,
@@ -144,7 +145,7 @@ where
     let events = watcher::watcher(api, config)
         .backoff(super::watch_backoff())
         .modify(move |o: &mut K| {
-            o.meta_mut().managed_fields = None;
+            pd_core::scaling::keep_replicas_owners(o.meta_mut());
             slim(o);
         })
         // Before the store sees the event: a name the index gives is in the store, or about to be.

@@ -5,6 +5,7 @@ mod children;
 pub mod leader;
 pub mod metrics;
 mod reconcile;
+mod scale;
 pub mod watchdog;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -147,6 +148,11 @@ fn digest<T: Serialize>(obj: &T) -> Result<String, serde_json::Error> {
     Ok(Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether a refused apply names `spec.replicas` among its conflicts (another manager's count).
+fn conflicts_on_replicas(status: &kube::core::Status) -> bool {
+    status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.field.contains("spec.replicas")))
+}
+
 fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|o| o.uid == uid)
 }
@@ -176,12 +182,28 @@ impl Context {
     }
 
     /// Server-side apply of `obj` under the operator's one field manager, counted as a write.
+    /// Forced (the operator's fields are its own), but for a `PDRole` asserting `spec.replicas`:
+    /// if another manager took that field since the cache last showed the object, the apply is
+    /// refused (409) and retried on a newer cache, instead of taking the count back. A conflict
+    /// on any other field of it is the operator's to win, as for every child.
     async fn apply<K>(&self, api: &Api<K>, name: &str, obj: &K) -> Result<K, kube::Error>
     where
         K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
         self.metrics.write("apply", K::plural(&()).as_ref());
-        api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await
+        let forced = PatchParams::apply(FIELD_MANAGER).force();
+        let scale_target = K::kind(&()) == <pd_api::PDRole as Resource>::kind(&())
+            && serde_json::to_value(obj).is_ok_and(|v| !v["spec"]["replicas"].is_null());
+        if !scale_target {
+            return api.patch(name, &forced, &Patch::Apply(obj)).await;
+        }
+        match api.patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(obj)).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && !conflicts_on_replicas(&s) => {
+                self.metrics.write("apply", K::plural(&()).as_ref());
+                api.patch(name, &forced, &Patch::Apply(obj)).await
+            }
+            other => other,
+        }
     }
 
     /// Applies each child of one kind whose desired content changed, then deletes leftovers, but
@@ -329,6 +351,8 @@ fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStat
             status::DEGRADED => c.status == "True",
             status::PROGRESSING => c.status == "False",
             status::READY => true,
+            // A clamp, or the end of one, is news to whoever scaled.
+            pd_core::scaling::SCALING_LIMITED => true,
             _ => c.status != "True",
         }
     })
@@ -619,6 +643,18 @@ async fn reconcile_term(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflict_on_a_roles_replicas_is_told_from_conflicts_on_other_fields() {
+        let conflict = |field: &str| -> kube::core::Status {
+            serde_json::from_value(serde_json::json!({"status": "Failure", "code": 409, "reason": "Conflict",
+                "message": "Apply failed with 1 conflict", "details": {"causes": [
+                    {"reason": "FieldManagerConflict", "message": "conflict with \"kubectl\"", "field": field}]}}))
+            .unwrap()
+        };
+        assert!(conflicts_on_replicas(&conflict(".spec.replicas")));
+        assert!(!conflicts_on_replicas(&conflict(".metadata.labels.app.kubernetes.io/name")));
+    }
 
     #[test]
     fn a_refusal_in_a_terminating_namespace_is_told_from_other_refusals() {

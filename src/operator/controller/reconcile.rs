@@ -15,10 +15,11 @@ use kube::runtime::events::EventType;
 use tracing::{Instrument, info, info_span, warn};
 
 use pd_core::plan::{self, DeleteReason, ObservedPod, Plan};
+use pd_core::scaling::{self, Scaled};
 use pd_core::sets::{self, Decision};
 use pd_core::status;
 
-use super::{Context, Error, model_config, status_delay, write_status};
+use super::{Context, Error, model_config, scale, status_delay, write_status};
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
 use pd_core::model::ModelFacts;
@@ -44,20 +45,27 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
             return Ok(Action::await_change());
         }
         let (facts, problems) = read_and_validate(&ctx, pdd, &ns, &name).await?;
-        let pass = Pass::observe(&ctx, pdd, ns, name, uid).await?;
+        // Each role's count: the PDDeployment's or its PDRole's ask, within spec.scaling. From
+        // here on the PDDeployment is read with those counts (`effective`).
+        ctx.stores.ready().await?;
+        let scaled = scaling::scale(&pdd.spec, &scale::asked(&ctx, (&ns, &name, &uid)));
+        let effective = PDDeployment { spec: scaled.apply_to(&pdd.spec), ..pdd.clone() };
         if !problems.is_empty() {
-            return pass.report_invalid(problems).await;
+            return Pass::observe(&ctx, pdd, ns, name, uid).await?.report_invalid(problems).await;
         }
+        let pdd = &effective;
+        let pass = Pass::observe(&ctx, pdd, ns, name, uid).await?;
         let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render)?;
         let sets = pass.decide_sets(&intent)?;
         let mut rendered = render::render_sets(pdd, &facts, &intent, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
         // The sidecars of an older set's decodes still patch their own gates.
         let older = pass.observed.iter().filter(|p| p.set != sets.target && p.role == Role::Decode).map(|p| p.name.clone());
         render::grant_decode_pods(&mut rendered, &pass.name, older);
+        scaling::yield_replicas(&mut rendered.pd_roles, &scaled);
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = pass.plan(&rendered, &sets);
         let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome, (sets, &intent), rendered.page_size).await
+        pass.report(router_ready, outcome, (sets, &intent, &scaled), rendered.page_size).await
     }
     .instrument(span)
     .await;
@@ -158,6 +166,7 @@ impl<'a> Pass<'a> {
             degraded: None,
             kv_set: None,
             page_size: None,
+            scaling: None,
             now: self.now.clone(),
         }
     }
@@ -355,10 +364,10 @@ impl<'a> Pass<'a> {
         self,
         router_ready: Option<i32>,
         outcome: Outcome,
-        decided: (Decision, &render::Intent),
+        decided: (Decision, &render::Intent, &Scaled),
         page_size: u32,
     ) -> Result<Action, Error> {
-        let (ctx, (sets, intent)) = (self.ctx, decided);
+        let (ctx, (sets, intent, scaled)) = (self.ctx, decided);
         let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
         let inputs = status::StatusInputs {
             router_ready,
@@ -366,15 +375,20 @@ impl<'a> Pass<'a> {
             observed: &routed,
             kv_set: Some(sets.status),
             page_size: Some(page_size),
+            scaling: Some(scaled),
             ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
         };
         let next = status::compute(&inputs);
+        scale::write_status(ctx, (&self.ns, &self.name, &self.uid), scaled, &routed).await?;
         if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {
             return Ok(Action::requeue(outcome.requeue.min(wait + Duration::from_millis(50))));
         }
         if let Some((kind, reason, note)) = status::handshake_transition(self.known.as_ref(), &next) {
             let type_ = if kind == status::EventKind::Normal { EventType::Normal } else { EventType::Warning };
             ctx.event(self.pdd, type_, &reason, "Handshake", note).await;
+        }
+        if let Some(note) = scaling::limited_transition(self.known.as_ref(), &next) {
+            ctx.event(self.pdd, EventType::Warning, scaling::SCALING_LIMITED_EVENT, "Scale", note).await;
         }
         if let Some((reason, note)) = status::rollout_transition(self.known.as_ref(), &next) {
             ctx.event(self.pdd, EventType::Normal, reason, "Rollout", note).await;
@@ -421,7 +435,11 @@ mod tests {
                 let mut answer = body.clone();
                 if path.ends_with("/status") {
                     // A status apply carries only the status; the server answers with the whole object.
-                    answer = serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap();
+                    answer = if path.contains("/pdroles/") {
+                        serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDRole", "metadata": {}, "spec": {"role": "decode"}})
+                    } else {
+                        serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap()
+                    };
                     answer["status"] = body["status"].clone();
                 }
                 let answer = http_body_util::Full::new(bytes::Bytes::from(serde_json::to_vec(&answer).unwrap()));
