@@ -21,4 +21,14 @@ if [ ! -f "$STAMP" ]; then
   grep -q "__version__ = version = '${SGLANG}'" "$DIR/sglang/_version.py" || { echo "sglang ${SGLANG}: unexpected _version.py" >&2; exit 1; }
   touch "$STAMP"
 fi
+# 0.5.19 and 0.5.20 import xgrammar on the server-argument path (function_call/inkling_detector.py),
+# which the oracle venv does not hold: that release's pin of it, --no-deps, beside its code.
+XSTAMP="$DIR/.pd-operator-xgrammar"
+if [ ! -f "$XSTAMP" ]; then
+  if grep -qs '^from xgrammar' "$DIR/sglang/srt/function_call/inkling_detector.py"; then
+    xgrammar=$(grep -m1 '^Requires-Dist: xgrammar==' "$DIR"/sglang-*.dist-info/METADATA | cut -d= -f3)
+    "${PYTHON}" -m pip --disable-pip-version-check --no-input --quiet install --no-deps --target "$DIR" "xgrammar==${xgrammar}" >&2
+  fi
+  touch "$XSTAMP"
+fi
 echo "$DIR"

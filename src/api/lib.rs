@@ -103,6 +103,32 @@ pub struct EngineSpec {
     /// whose tag names no supported release is judged with the nearest one, with a warning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The engine dry run, the gate before GPUs (docs/dry-run.md): before the engine pods of a new
+    /// revision are created, the engine image runs in one short CPU-only pod that resolves every
+    /// rendered process's argv and environment with SGLang's own start-up code on the named
+    /// accelerator. `Required`: no engine pod is created until it passes. `BestEffort`: a refusal
+    /// stops the pods, a dry run that gives no verdict (time-out, no shim output) does not. `Off`:
+    /// none. Unset: `Required` for `sglang`, `Off` for `sim` (the stand-in runs no SGLang code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRunPolicy>,
+}
+
+impl EngineSpec {
+    /// The dry run this spec gets (`dryRun`, or the engine type's default).
+    pub fn dry_run_policy(&self) -> DryRunPolicy {
+        self.dry_run.unwrap_or(match self.engine_type {
+            EngineType::Sglang => DryRunPolicy::Required,
+            EngineType::Sim => DryRunPolicy::Off,
+        })
+    }
+}
+
+/// `spec.engine.dryRun`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DryRunPolicy {
+    Required,
+    BestEffort,
+    Off,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
@@ -812,6 +838,34 @@ pub struct PDDeploymentStatus {
     /// Which KV set new pods go to and which the router pairs (see docs/rollouts.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_set: Option<KvSetStatus>,
+    /// The engine dry run of the spec's processes (`spec.engine.dryRun`, docs/dry-run.md): its
+    /// verdict is kept here, by key, so a scale or a re-apply does not run it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_verification: Option<EngineVerification>,
+}
+
+/// One engine dry run and its verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineVerification {
+    /// What was verified: a hash of the engine image, every process's argv and environment, the
+    /// accelerator each runs on and the model config.
+    pub key: String,
+    /// `Verified`, `EngineRefused`, `Pending`, `TimedOut` or `NoVerdict` (the reasons of the
+    /// `EngineVerified` condition).
+    pub result: String,
+    /// What it waits for, SGLang's text per refused process, or why there is no verdict.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The dry-run pod, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The image the dry run ran, by digest (the pod's `imageID`), once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The SGLang release the image's code reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sglang_version: Option<String>,
 }
 
 /// Pods of one KV set may pair; pods of different sets never do.

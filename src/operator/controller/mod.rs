@@ -73,6 +73,8 @@ pub enum Error {
     KvContract(#[from] sets::ContractError),
     #[error("could not serialize {what}: {source}")]
     Serialize { what: String, source: serde_json::Error },
+    #[error("engine dry run: {0}")]
+    DryRun(#[from] pd_core::dryrun::DryRunError),
 }
 
 impl Error {
@@ -85,6 +87,7 @@ impl Error {
             Error::CacheClosed => "cache",
             Error::KvContract(_) => "kv_contract",
             Error::Serialize { .. } => "serialize",
+            Error::DryRun(_) => "dry_run",
         }
     }
 

@@ -25,6 +25,8 @@ use pd_core::model::ModelFacts;
 use pd_core::render::{self, KvSets, Rendered};
 use pd_core::validate::{self, Severity};
 
+mod dryrun;
+
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let pdd = match &guard.0 {
         Ok(p) => p,
@@ -56,8 +58,11 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         render::grant_decode_pods(&mut rendered, &pass.name, older);
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = pass.plan(&rendered, &sets);
-        let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome, (sets, &intent), rendered.page_size).await
+        // The gate before GPUs: no engine pod for processes SGLang has not accepted.
+        let gate = pass.engine_gate(&rendered, &plan).await?;
+        let outcome =
+            if gate.open { pass.apply_plan(&plan).await? } else { Outcome { requeue: gate.requeue.unwrap_or(ctx.resync), degraded: None } };
+        pass.report(router_ready, outcome, (sets, &intent), rendered.page_size, gate.verification).await
     }
     .instrument(span)
     .await;
@@ -158,6 +163,7 @@ impl<'a> Pass<'a> {
             degraded: None,
             kv_set: None,
             page_size: None,
+            engine_verification: self.known.as_ref().and_then(|s| s.engine_verification.clone()),
             now: self.now.clone(),
         }
     }
@@ -357,6 +363,7 @@ impl<'a> Pass<'a> {
         outcome: Outcome,
         decided: (Decision, &render::Intent),
         page_size: u32,
+        engine_verification: Option<pd_api::EngineVerification>,
     ) -> Result<Action, Error> {
         let (ctx, (sets, intent)) = (self.ctx, decided);
         let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
@@ -366,6 +373,7 @@ impl<'a> Pass<'a> {
             observed: &routed,
             kv_set: Some(sets.status),
             page_size: Some(page_size),
+            engine_verification,
             ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
         };
         let next = status::compute(&inputs);
@@ -476,6 +484,8 @@ mod tests {
         pdd.metadata.namespace = Some("ns".into());
         pdd.metadata.uid = Some("uid-1".into());
         pdd.metadata.generation = Some(1);
+        // These tests are about the children and pods; the dry run's gate has tests of its own.
+        pdd.spec.engine.dry_run = Some(pd_api::DryRunPolicy::Off);
         Arc::new(DeserializeGuard(Ok(pdd)))
     }
 
