@@ -31,4 +31,18 @@ if [ ! -f "$XSTAMP" ]; then
   fi
   touch "$XSTAMP"
 fi
+# 0.5.19 registers a config name (qwen3_asr) the oracle venv's newer transformers already holds:
+# it runs with its own transformers and tokenizers pins, --no-deps, beside its code.
+TSTAMP="$DIR/.pd-operator-transformers"
+if [ ! -f "$TSTAMP" ]; then
+  if [ "$SGLANG" = 0.5.19 ]; then
+    pins=()
+    for dep in transformers tokenizers; do
+      pins+=("$dep==$(grep -m1 "^Requires-Dist: $dep==" "$DIR"/sglang-*.dist-info/METADATA | cut -d= -f3)")
+    done
+    "${PYTHON}" -m pip --disable-pip-version-check --no-input --quiet install --no-deps --only-binary=:all: --python-version 3.11 \
+      --target "$DIR" "${pins[@]}" >&2
+  fi
+  touch "$TSTAMP"
+fi
 echo "$DIR"

@@ -186,7 +186,45 @@ def parallel_state_checks(sa):
     torch.distributed.get_backend = lambda group=None: "nccl"
     ps.get_world_group = lambda: _Group()
     ps.init_model_parallel_group = lambda group_ranks, *a, **k: _Group(next((g for g in group_ranks if 0 in g), group_ranks[0]))
-    ps.initialize_model_parallel()
+    ps.initialize_model_parallel(**model_parallel_sizes(ps, parallel, sa))
+
+
+def model_parallel_sizes(ps, parallel, sa):
+    """The widths initialize_model_parallel takes as arguments before 0.5.21 (it reads the runtime
+    context from then on), as that release's bootstrap passes them."""
+    import inspect
+
+    if "tensor_model_parallel_size" not in inspect.signature(ps.initialize_model_parallel).parameters:
+        return {}
+
+    def size(*candidates):
+        for source, attr in candidates:
+            try:  # a derived width is not available before the groups exist (0.5.19)
+                value = getattr(source, attr, None) if source is not None else None
+            except Exception:  # noqa: BLE001
+                value = None
+            if isinstance(value, int) and value > 0:
+                return value
+        return 1
+
+    def leaf(name, *args):
+        """The runtime context's width, else the server argument's."""
+        return size((parallel, name), *((sa, a) for a in args))
+
+    attn_dp = leaf("attn_dp_size", "attn_dp_size")
+    if attn_dp == 1 and getattr(sa, "enable_dp_attention", False):
+        attn_dp = leaf("dp_size", "dp_size")  # before 0.5.22 the attention-DP width is --dp-size
+
+    return {
+        "tensor_model_parallel_size": leaf("tp_size", "tp_size"),
+        "attention_data_parallel_size": attn_dp,
+        "pipeline_model_parallel_size": leaf("pp_size", "pp_size"),
+        "expert_model_parallel_size": leaf("moe_ep_size", "ep_size"),
+        "attention_context_model_parallel_size": leaf("attn_cp_size", "attn_cp_size"),
+        "moe_data_model_parallel_size": leaf("moe_dp_size", "moe_dp_size"),
+        # 0.5.19's context holds no DCP width before the groups exist: the argument's.
+        "decode_context_parallel_size": size((sa, "dcp_size"), (parallel, "attn_dcp_size")),
+    }
 
 
 def resolved_values(sa):
