@@ -427,6 +427,13 @@ mod tests {
                 let path = parts.uri.path().to_owned();
                 log.lock().unwrap().push((parts.method.to_string(), path.clone(), body.clone()));
                 let mut answer = body.clone();
+                if parts.method == http::Method::GET {
+                    // Nothing exists but what the caches hold.
+                    let missing =
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
+                    let missing = http_body_util::Full::new(bytes::Bytes::from(serde_json::to_vec(&missing).unwrap()));
+                    return Ok(http::Response::builder().status(404).header("content-type", "application/json").body(missing).unwrap());
+                }
                 if path.ends_with("/status") {
                     // A status apply carries only the status; the server answers with the whole object.
                     answer = serde_json::to_value(qwen().0.as_ref().unwrap()).unwrap();
@@ -583,5 +590,24 @@ mod tests {
         let (client, log) = scripted_api();
         reconcile(qwen(), context(client, stores_from(&odd))).await.unwrap();
         assert_eq!(updated(&log.lock().unwrap()), (Some(1), Some(2)), "an unknown revision is not the current one");
+    }
+
+    #[tokio::test]
+    async fn a_new_sglang_pddeployment_gets_its_dry_run_pod_and_no_engine_pod_until_a_verdict() {
+        let (client, log) = scripted_api();
+        let mut pdd = qwen().0.clone().unwrap();
+        pdd.spec.engine.dry_run = None;
+        reconcile(Arc::new(DeserializeGuard(Ok(pdd))), context(client, stores_from(&[]))).await.unwrap();
+        let written = writes(&log.lock().unwrap());
+        let pods: Vec<&String> = written.iter().filter(|(_, p)| p.contains("/pods/")).map(|(_, p)| p).collect();
+        assert_eq!(pods.len(), 1, "only the dry-run pod: {pods:?}");
+        assert!(pods[0].contains("/pods/qwen3-dry-run-"), "{pods:?}");
+        assert!(written.iter().any(|(_, p)| p.ends_with("/configmaps/qwen3-dry-run-shim")), "the shim's ConfigMap: {written:?}");
+        let log = log.lock().unwrap();
+        let status = &log.iter().rev().find(|(_, p, _)| p.ends_with("/status")).expect("a status write").2["status"];
+        assert_eq!(status["engineVerification"]["result"], "Pending", "{status}");
+        let cond = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == status::ENGINE_VERIFIED).unwrap();
+        assert_eq!((cond["status"].as_str(), cond["reason"].as_str()), (Some("Unknown"), Some("Pending")));
+        assert!(cond["message"].as_str().unwrap().starts_with("waiting for the dry-run pod qwen3-dry-run-"), "{cond}");
     }
 }
