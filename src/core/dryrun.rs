@@ -286,48 +286,43 @@ pub fn read(pod: &Pod, key: &str, now: i64) -> Reading {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let status = pod.status.clone().unwrap_or_default();
     let container = status.container_statuses.iter().flatten().find(|c| c.name == CONTAINER);
-    let done = |result: &str, message: String| {
+    let image_id = container.map(|c| c.image_id.clone()).filter(|i| !i.is_empty());
+    let done = |result: &str, message: String, sglang_version: Option<String>| {
         Reading::Done(EngineVerification {
             key: key.into(),
             result: result.into(),
             message,
             pod: None,
-            image_id: container.map(|c| c.image_id.clone()).filter(|i| !i.is_empty()),
-            sglang_version: None,
+            image_id: image_id.clone(),
+            sglang_version,
         })
     };
-    let terminated = container.and_then(|c| c.state.as_ref()?.terminated.clone());
-    if let Some(t) = terminated {
+    // A deadline kills the container: its exit says nothing more than the pod's reason.
+    if status.reason.as_deref() == Some("DeadlineExceeded") {
+        return done(TIMED_OUT, format!("the dry-run pod {name} ran past {DEADLINE_SECONDS}s"), None);
+    }
+    if let Some(t) = container.and_then(|c| c.state.as_ref()?.terminated.clone()) {
         return match t.message.as_deref().map(serde_json::from_str::<Verdict>) {
-            Some(Ok(v)) => {
-                let Reading::Done(mut out) = (if v.ok {
-                    done(VERIFIED, format!("SGLang {} accepts every process", v.sglang.as_deref().unwrap_or("?")))
-                } else {
-                    done(REFUSED, v.refusals())
-                }) else {
-                    unreachable!()
-                };
-                out.sglang_version = v.sglang;
-                Reading::Done(out)
+            Some(Ok(v)) if v.ok => {
+                let message = format!("SGLang {} accepts every process", v.sglang.as_deref().unwrap_or("?"));
+                done(VERIFIED, message, v.sglang)
             }
+            Some(Ok(v)) => done(REFUSED, v.refusals(), v.sglang),
             _ => {
                 let said = t.message.as_deref().map(|m| m.chars().take(600).collect::<String>()).unwrap_or_default();
                 let why = format!("exit code {}{}", t.exit_code, t.reason.map(|r| format!(" ({r})")).unwrap_or_default());
-                done(NO_VERDICT, format!("the dry-run pod {name} ended without a verdict: {why}; {said}"))
+                done(NO_VERDICT, format!("the dry-run pod {name} ended without a verdict: {why}; {said}"), None)
             }
         };
     }
     if status.phase.as_deref() == Some("Failed") {
         let why = status.reason.clone().unwrap_or_default();
-        if why == "DeadlineExceeded" {
-            return done(TIMED_OUT, format!("the dry-run pod {name} ran past {DEADLINE_SECONDS}s"));
-        }
-        return done(NO_VERDICT, format!("the dry-run pod {name} failed: {why} {}", status.message.unwrap_or_default()));
+        return done(NO_VERDICT, format!("the dry-run pod {name} failed: {why} {}", status.message.clone().unwrap_or_default()), None);
     }
     let created = pod.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
     let waiting = waiting_for(&name, &status, container);
     if now - created > TOTAL_SECONDS {
-        return done(TIMED_OUT, format!("no verdict {TOTAL_SECONDS}s after the dry-run pod was created; it was {waiting}"));
+        return done(TIMED_OUT, format!("no verdict {TOTAL_SECONDS}s after the dry-run pod was created; it was {waiting}"), None);
     }
     Reading::Waiting(waiting)
 }
@@ -507,6 +502,11 @@ spec:
         assert_eq!(read(&pod, "k", 1010), Reading::Waiting("waiting for the dry-run pod p to start".into()));
         let Reading::Done(v) = read(&pod, "k", 1000 + TOTAL_SECONDS + 1) else { panic!() };
         assert_eq!(v.result, TIMED_OUT);
+        let mut killed = ended("", 137);
+        let status = killed.status.as_mut().unwrap();
+        (status.phase, status.reason) = (Some("Failed".into()), Some("DeadlineExceeded".into()));
+        let Reading::Done(v) = read(&killed, "k", 0) else { panic!() };
+        assert_eq!(v.result, TIMED_OUT, "{}", v.message);
     }
 
     #[test]
