@@ -133,3 +133,20 @@ fn a_refused_spec_creates_no_engine_pod_and_a_passing_one_does_once_without_reru
 fn status_object(status: &Value) -> Value {
     serde_json::json!({"status": status})
 }
+
+#[test]
+fn dry_run_off_creates_the_engine_pods_at_once_and_says_it_skipped() {
+    let ns = TestNamespace::new("dry-run-off");
+    let _ctl = ControllerProcess::start(&ns.name);
+    // Quoted: YAML 1.1 (kubectl's) reads a bare Off as false.
+    let off = spec("--log-level, info", Some(&refused_verdict())).replace("spec:\n", "spec:\n  engine: {dryRun: 'Off'}\n");
+    let o = ns.apply(&off);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for(WAIT, "the engine pods", || {
+        let n = engine_pods(&ns);
+        (n == 2).then_some(()).ok_or_else(|| format!("{n} pods"))
+    });
+    let c = wait_for(WAIT, "EngineVerified", || verified(&ns));
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("Unknown"), Some("Skipped")), "{c}");
+    assert!(!events(&ns).lines().any(|l| l.starts_with("Scheduled:") && l.contains("/gate-dry-run-")), "a dry run ran: {}", events(&ns));
+}
