@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test rules-test chaos parity parity-sample image-test gateway-image e2e-kind tools build lint crd bench-serving
+.PHONY: demo demo-down test rules-test chaos parity parity-sample dry-run-shim image-test gateway-image e2e-kind tools build lint crd bench-serving
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -32,6 +32,9 @@ bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopb
 
 parity:          ## validate vs each SGLang release's own start-up (0.5.21-0.5.23): examples, rule specs, 5,000 generated specs each
 	hack/parity.sh
+
+dry-run-shim:    ## the engine dry run's shim on each release's wheel, 0.5.19-0.5.23 (parity runs it too)
+	hack/dry-run-shim.sh
 
 parity-sample:   ## the same on examples, rule specs and a fixed-seed sample (CI)
 	hack/parity.sh --sample

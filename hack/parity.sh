@@ -6,6 +6,7 @@
 # renders every spec that names no release as that release (`parity-cases --engine-version`).
 #   hack/parity.sh            the full run (5,000 generated specs per release), `make parity`
 #   hack/parity.sh --sample   examples + rule-test specs + a fixed-seed sample per release, for CI
+# Both first run the engine dry run's shim on 0.5.19-0.5.23 (hack/dry-run-shim.sh).
 # Env: PARITY_RELEASES="0.5.21 0.5.22 0.5.23" picks releases; PARITY_GENERATED=N and
 # PARITY_SEED=S override the generated corpus; PARITY_TABLE_ARGS=N the number of specs whose
 # extraArgs are drawn from each release's option table (default 1000, --sample 60; a false
@@ -27,6 +28,8 @@ sample=false
 [ "${1:-}" = "--sample" ] && sample=true && cache="" && table_args=${PARITY_TABLE_ARGS:-60}
 seed=${PARITY_SEED:-15}
 python=$(hack/sglang-oracle-venv.sh | tail -n1)
+# The dry run's shim is the oracle's code: first, on every supported release's wheel.
+hack/dry-run-shim.sh
 target=${CARGO_TARGET_DIR:-target}
 cargo build --quiet --locked -p pd-testing --bin parity-cases
 work="$(realpath -m "$target/parity")"

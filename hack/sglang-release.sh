@@ -21,4 +21,28 @@ if [ ! -f "$STAMP" ]; then
   grep -q "__version__ = version = '${SGLANG}'" "$DIR/sglang/_version.py" || { echo "sglang ${SGLANG}: unexpected _version.py" >&2; exit 1; }
   touch "$STAMP"
 fi
+# 0.5.19 and 0.5.20 import xgrammar on the server-argument path (function_call/inkling_detector.py),
+# which the oracle venv does not hold: that release's pin of it, --no-deps, beside its code.
+XSTAMP="$DIR/.pd-operator-xgrammar"
+if [ ! -f "$XSTAMP" ]; then
+  if grep -qs '^from xgrammar' "$DIR/sglang/srt/function_call/inkling_detector.py"; then
+    xgrammar=$(grep -m1 '^Requires-Dist: xgrammar==' "$DIR"/sglang-*.dist-info/METADATA | cut -d= -f3)
+    "${PYTHON}" -m pip --disable-pip-version-check --no-input --quiet install --no-deps --target "$DIR" "xgrammar==${xgrammar}" >&2
+  fi
+  touch "$XSTAMP"
+fi
+# 0.5.19 registers a config name (qwen3_asr) the oracle venv's newer transformers already holds:
+# it runs with its own transformers and tokenizers pins, --no-deps, beside its code.
+TSTAMP="$DIR/.pd-operator-transformers"
+if [ ! -f "$TSTAMP" ]; then
+  if [ "$SGLANG" = 0.5.19 ]; then
+    pins=()
+    for dep in transformers tokenizers; do
+      pins+=("$dep==$(grep -m1 "^Requires-Dist: $dep==" "$DIR"/sglang-*.dist-info/METADATA | cut -d= -f3)")
+    done
+    "${PYTHON}" -m pip --disable-pip-version-check --no-input --quiet install --no-deps --only-binary=:all: --python-version 3.11 \
+      --target "$DIR" "${pins[@]}" >&2
+  fi
+  touch "$TSTAMP"
+fi
 echo "$DIR"

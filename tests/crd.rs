@@ -66,3 +66,13 @@ fn schema_is_structural_and_small_enough_for_client_side_apply() {
     assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["pdd".to_owned()][..]));
     assert!(crd.spec.versions[0].subresources.as_ref().unwrap().status.is_some());
 }
+
+/// kubectl reads YAML 1.1, where a bare `Off` is `false`: `spec.engine.dryRun`'s enum must reach
+/// the apiserver as the string (the kwok tier's dry-run test applies `dryRun: 'Off'` against it).
+#[test]
+fn enum_words_yaml_1_1_reads_as_booleans_are_quoted() {
+    let yaml = pd_api::crd_yaml().unwrap();
+    assert!(yaml.contains("- 'Off'"), "dryRun's Off is bare");
+    let bare = yaml.lines().map(str::trim).filter(|l| ["- Off", "- On", "- Yes", "- No", "- off", "- on", "- yes", "- no"].contains(l));
+    assert_eq!(bare.count(), 0);
+}

@@ -5,6 +5,7 @@
 //! decisions (`plan`, `sets`, `status`).
 
 pub mod children;
+pub mod dryrun;
 pub mod handshake;
 pub mod manifest;
 pub mod model;

@@ -294,8 +294,10 @@ pub fn legacy_role_revision(spec: &PDDeploymentSpec, role: Role, operator_image:
 
 fn revision_inputs(spec: &PDDeploymentSpec, role: Role) -> serde_json::Value {
     let shaped = RoleSpec { replicas: 0, ..spec.role(role).clone() };
+    // The dry run gates pods; it does not shape them.
+    let engine = pd_api::EngineSpec { dry_run: None, ..spec.engine.clone() };
     serde_json::json!({
-        "role": role.as_str(), "engine": spec.engine, "model": spec.model, "kv": spec.kv_transfer, "pool": shaped,
+        "role": role.as_str(), "engine": engine, "model": spec.model, "kv": spec.kv_transfer, "pool": shaped,
     })
 }
 
@@ -391,14 +393,14 @@ pub fn engine_command(spec: &PDDeploymentSpec) -> Vec<String> {
     }
 }
 
-fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
+pub(crate) fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> String {
     spec.engine.image.clone().unwrap_or_else(|| match spec.engine.engine_type {
         EngineType::Sglang => crate::release::default_image(&spec.engine),
         EngineType::Sim => opts.sim_image.clone(),
     })
 }
 
-fn owner_refs(pdd: &PDDeployment) -> Option<Vec<OwnerReference>> {
+pub(crate) fn owner_refs(pdd: &PDDeployment) -> Option<Vec<OwnerReference>> {
     pdd.controller_owner_ref(&()).map(|o| vec![o])
 }
 
@@ -456,6 +458,8 @@ pub fn restricted_security_context() -> SecurityContext {
 
 /// The handshake sidecar's container name (a restartable init container of each decode pod).
 pub const SIDECAR_CONTAINER: &str = "handshake";
+/// The engine pods' SGLang (or stand-in) container.
+pub const ENGINE_CONTAINER: &str = "engine";
 
 fn handshake_sidecar(opts: &RenderOptions) -> Container {
     Container {
@@ -649,7 +653,7 @@ impl PodSlot<'_> {
         // Only the leader of a multi-node instance serves HTTP.
         let leader = node == 0;
         Container {
-            name: "engine".into(),
+            name: ENGINE_CONTAINER.into(),
             image: Some(engine_image(spec, self.opts)),
             image_pull_policy: spec.engine.image_pull_policy.clone(),
             command: Some(engine_command(spec)),
@@ -1030,6 +1034,9 @@ pub fn render_sets(
         ])),
         ..Default::default()
     });
+    if spec.engine.dry_run_policy() != pd_api::DryRunPolicy::Off {
+        out.config_maps.push(crate::dryrun::shim_config_map(name, &ns, &owners));
+    }
     let (account, role, binding) = handshake_rbac(spec, name, &ns, set, &owners);
     out.service_accounts.extend(account);
     out.roles.push(role);

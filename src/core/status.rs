@@ -17,6 +17,8 @@ pub const DEGRADED: &str = "Degraded";
 pub const PREFILL_AVAILABLE: &str = "PrefillAvailable";
 pub const DECODE_AVAILABLE: &str = "DecodeAvailable";
 pub const HANDSHAKE_READY: &str = "HandshakeReady";
+/// The engine dry run's verdict on the spec's processes (`spec.engine.dryRun`).
+pub const ENGINE_VERIFIED: &str = "EngineVerified";
 
 /// Everything the status is computed from.
 pub struct StatusInputs<'a> {
@@ -41,6 +43,8 @@ pub struct StatusInputs<'a> {
     /// Each role's count as decided from the asks (`scaling::scale`), once the spec is valid:
     /// `pdd` then runs those counts, and the `ScalingLimited` condition reports any clamp.
     pub scaling: Option<&'a crate::scaling::Scaled>,
+    /// The engine dry run's verdict (or the one under way), `None` when none ran.
+    pub engine_verification: Option<pd_api::EngineVerification>,
     pub now: Time,
 }
 
@@ -236,6 +240,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     conditions.push(cond(DECODE_AVAILABLE, da, dr, dm));
     let (ha, hr, hm) = handshake(inputs.observed);
     conditions.push(cond(HANDSHAKE_READY, ha, &hr, hm));
+    conditions.push(engine_verified(inputs));
     conditions.push(progressing(inputs, valid, &p, &d));
     if let Some(scaled) = inputs.scaling {
         let (limited, reason, message) = scaled.condition();
@@ -279,7 +284,29 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         rank_map: rank_map(inputs),
         kv_set: inputs.kv_set.clone(),
         page_size: inputs.page_size.filter(|_| valid),
+        engine_verification: inputs.engine_verification.clone(),
     }
+}
+
+/// `EngineVerified`: the dry run's verdict. True: SGLang accepts every process; False: it
+/// refused one, or (under `Required`) gave no verdict; Unknown: under way, skipped or not run.
+fn engine_verified(inputs: &StatusInputs) -> Condition {
+    use crate::dryrun::{PENDING, REFUSED, VERIFIED};
+    let policy = inputs.pdd.spec.engine.dry_run_policy();
+    if policy == pd_api::DryRunPolicy::Off {
+        return cond(ENGINE_VERIFIED, None, "Skipped", "spec.engine.dryRun is Off (the default for the sim engine)".into());
+    }
+    let Some(v) = &inputs.engine_verification else {
+        return cond(ENGINE_VERIFIED, None, "NotRun", "no engine pod has had to be created since the dry run was enabled".into());
+    };
+    let status = match v.result.as_str() {
+        VERIFIED => Some(true),
+        REFUSED => Some(false),
+        PENDING => None,
+        _ if policy == pd_api::DryRunPolicy::BestEffort => None,
+        _ => Some(false),
+    };
+    cond(ENGINE_VERIFIED, status, &v.result, v.message.clone())
 }
 
 /// `Progressing`: False once every instance runs the update revision (above each partition) and is
@@ -292,6 +319,12 @@ fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount)
     });
     if !valid {
         return cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into());
+    }
+    if let Some(v) = inputs.engine_verification.as_ref().filter(|v| v.result == crate::dryrun::PENDING) {
+        return cond(PROGRESSING, Some(true), "EngineDryRun", v.message.clone());
+    }
+    if let Some(v) = inputs.engine_verification.as_ref().filter(|v| v.result == crate::dryrun::REFUSED) {
+        return cond(PROGRESSING, Some(false), "EngineRefused", format!("no engine pod is created: {}", v.message));
     }
     if let Some(k) = inputs.kv_set.as_ref().filter(|k| k.target != k.routed) {
         let note = format!(
@@ -444,6 +477,7 @@ mod tests {
             validation: Ok(()),
             observed,
             nodes: (1, 1),
+            engine_verification: None,
             revisions: ("", ""),
             router_ready: None,
             degraded: None,

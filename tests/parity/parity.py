@@ -399,8 +399,9 @@ def oracle_key(python, case, release_dir=None):
     h = hashlib.sha256()
     if release_dir:
         h.update(os.path.basename(os.path.abspath(release_dir)).encode())
-    with open(os.path.join(HERE, "oracle.py"), "rb") as f:
-        h.update(f.read())
+    for code in (os.path.join(HERE, "oracle.py"), os.path.join(HERE, "..", "..", "src", "core", "dryrun", "shim.py")):
+        with open(code, "rb") as f:
+            h.update(f.read())
     h.update(os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(python)))).encode())
     h.update(json.dumps({k: case[k] for k in ("profile", "config", "processes")}, sort_keys=True).encode())
     return h.hexdigest()

@@ -74,6 +74,8 @@ pub enum Error {
     KvContract(#[from] sets::ContractError),
     #[error("could not serialize {what}: {source}")]
     Serialize { what: String, source: serde_json::Error },
+    #[error("engine dry run: {0}")]
+    DryRun(#[from] pd_core::dryrun::DryRunError),
 }
 
 impl Error {
@@ -86,6 +88,7 @@ impl Error {
             Error::CacheClosed => "cache",
             Error::KvContract(_) => "kv_contract",
             Error::Serialize { .. } => "serialize",
+            Error::DryRun(_) => "dry_run",
         }
     }
 
@@ -332,11 +335,16 @@ fn status_delay(
 }
 
 /// Whether a status change must be written at once rather than coalesced with the progress
-/// writes: a new generation or KV set, a rank map entry changed or gone, anything turning bad,
+/// writes: a new generation or KV set, the engine dry run's progress or verdict, a rank map entry changed or gone, anything turning bad,
 /// Ready turning True, or a rollout completing. Good news on the way (one role available, the
 /// other still starting, one more decode's rank map) waits: the last of it comes with Ready.
 fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStatus) -> bool {
     if previous.observed_generation != next.observed_generation || previous.kv_set != next.kv_set {
+        return true;
+    }
+    // The dry run's verdict is the gate's memory: a pass that reads it deletes the dry-run pod, so
+    // a verdict not written at once would send the next pass to run the dry run again.
+    if previous.engine_verification != next.engine_verification {
         return true;
     }
     if previous.rank_map.iter().any(|m| !next.rank_map.contains(m)) {

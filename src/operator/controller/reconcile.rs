@@ -26,6 +26,8 @@ use pd_core::model::ModelFacts;
 use pd_core::render::{self, KvSets, Rendered};
 use pd_core::validate::{self, Severity};
 
+mod dryrun;
+
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let pdd = match &guard.0 {
         Ok(p) => p,
@@ -64,8 +66,11 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         scaling::yield_replicas(&mut rendered.pd_roles, &scaled);
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = pass.plan(&rendered, &sets);
-        let outcome = pass.apply_plan(&plan).await?;
-        pass.report(router_ready, outcome, (sets, &intent, &scaled), rendered.page_size).await
+        // The gate before GPUs: no engine pod for processes SGLang has not accepted.
+        let gate = pass.engine_gate(&rendered, &plan).await?;
+        let outcome =
+            if gate.open { pass.apply_plan(&plan).await? } else { Outcome { requeue: gate.requeue.unwrap_or(ctx.resync), degraded: None } };
+        pass.report(router_ready, outcome, (sets, &intent, &scaled), rendered.page_size, gate.verification).await
     }
     .instrument(span)
     .await;
@@ -167,6 +172,7 @@ impl<'a> Pass<'a> {
             kv_set: None,
             page_size: None,
             scaling: None,
+            engine_verification: self.known.as_ref().and_then(|s| s.engine_verification.clone()),
             now: self.now.clone(),
         }
     }
@@ -366,6 +372,7 @@ impl<'a> Pass<'a> {
         outcome: Outcome,
         decided: (Decision, &render::Intent, &Scaled),
         page_size: u32,
+        engine_verification: Option<pd_api::EngineVerification>,
     ) -> Result<Action, Error> {
         let (ctx, (sets, intent, scaled)) = (self.ctx, decided);
         let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
@@ -376,6 +383,7 @@ impl<'a> Pass<'a> {
             kv_set: Some(sets.status),
             page_size: Some(page_size),
             scaling: Some(scaled),
+            engine_verification,
             ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
         };
         let next = status::compute(&inputs);
@@ -433,6 +441,13 @@ mod tests {
                 let path = parts.uri.path().to_owned();
                 log.lock().unwrap().push((parts.method.to_string(), path.clone(), body.clone()));
                 let mut answer = body.clone();
+                if parts.method == http::Method::GET {
+                    // Nothing exists but what the caches hold.
+                    let missing =
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
+                    let missing = http_body_util::Full::new(bytes::Bytes::from(serde_json::to_vec(&missing).unwrap()));
+                    return Ok(http::Response::builder().status(404).header("content-type", "application/json").body(missing).unwrap());
+                }
                 if path.ends_with("/status") {
                     // A status apply carries only the status; the server answers with the whole object.
                     answer = if path.contains("/pdroles/") {
@@ -494,6 +509,8 @@ mod tests {
         pdd.metadata.namespace = Some("ns".into());
         pdd.metadata.uid = Some("uid-1".into());
         pdd.metadata.generation = Some(1);
+        // These tests are about the children and pods; the dry run's gate has tests of its own.
+        pdd.spec.engine.dry_run = Some(pd_api::DryRunPolicy::Off);
         Arc::new(DeserializeGuard(Ok(pdd)))
     }
 
@@ -591,5 +608,24 @@ mod tests {
         let (client, log) = scripted_api();
         reconcile(qwen(), context(client, stores_from(&odd))).await.unwrap();
         assert_eq!(updated(&log.lock().unwrap()), (Some(1), Some(2)), "an unknown revision is not the current one");
+    }
+
+    #[tokio::test]
+    async fn a_new_sglang_pddeployment_gets_its_dry_run_pod_and_no_engine_pod_until_a_verdict() {
+        let (client, log) = scripted_api();
+        let mut pdd = qwen().0.clone().unwrap();
+        pdd.spec.engine.dry_run = None;
+        reconcile(Arc::new(DeserializeGuard(Ok(pdd))), context(client, stores_from(&[]))).await.unwrap();
+        let written = writes(&log.lock().unwrap());
+        let pods: Vec<&String> = written.iter().filter(|(_, p)| p.contains("/pods/")).map(|(_, p)| p).collect();
+        assert_eq!(pods.len(), 1, "only the dry-run pod: {pods:?}");
+        assert!(pods[0].contains("/pods/qwen3-dry-run-"), "{pods:?}");
+        assert!(written.iter().any(|(_, p)| p.ends_with("/configmaps/qwen3-dry-run-shim")), "the shim's ConfigMap: {written:?}");
+        let log = log.lock().unwrap();
+        let status = &log.iter().rev().find(|(_, p, _)| p.ends_with("/status")).expect("a status write").2["status"];
+        assert_eq!(status["engineVerification"]["result"], "Pending", "{status}");
+        let cond = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == status::ENGINE_VERIFIED).unwrap();
+        assert_eq!((cond["status"].as_str(), cond["reason"].as_str()), (Some("Unknown"), Some("Pending")));
+        assert!(cond["message"].as_str().unwrap().starts_with("waiting for the dry-run pod qwen3-dry-run-"), "{cond}");
     }
 }

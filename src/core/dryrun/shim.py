@@ -1,0 +1,472 @@
+"""SGLang's own start-up resolution of engine processes, with the GPU faked, on a CPU-only host.
+
+One code for two users:
+- the engine dry run (docs/dry-run.md): pd-operator ships this file in a ConfigMap, runs it with
+  the PDDeployment's own engine image in a CPU-only pod, and reads the verdict from the pod's
+  termination message (`python3 shim.py --input-env PD_DRY_RUN_INPUT --verdict /dev/termination-log`);
+- the parity oracle (tests/parity/oracle.py), which imports it.
+
+Per process, in its own forked child with a clean environment, the way `entrypoints/engine.py`
+starts: parse the argv (`prepare_server_args`), resolve (`resolve_once`), check
+(`check_server_args`), then the width checks of `distributed/parallel_state.initialize_model_parallel`
+with the process groups stubbed, on the accelerator profile the spec names (H100, H200, B200).
+SGLang is imported once with the real (CUDA-less) torch before the accelerator is faked.
+
+Dry-run input (JSON): {"modelConfigDir": str|null, "processes": [{"role", "node", "profile",
+"argv": [...], "env": [[k, v], ...], "envFromPod": [names]}]}. `envFromPod` names variables the
+pod's own environment holds (secrets, field references). The verdict:
+{"v": 1, "ok": bool, "sglang": version, "processes": [{"role", "node", "profile", "ok", "stage",
+"error_type", "error", "resolved": {...}}]}; the one written to `--verdict` is cut to fit a
+termination message (4096 bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import importlib
+import json
+import os
+import pkgutil
+import sys
+import tempfile
+import traceback
+
+PROFILES = {
+    # name, compute capability, memory (bytes), SMs
+    "H100": ("NVIDIA H100 80GB HBM3", (9, 0), 81559 * 2**20, 132),
+    "H200": ("NVIDIA H200", (9, 0), 143771 * 2**20, 132),
+    "B200": ("NVIDIA B200", (10, 0), 183359 * 2**20, 148),
+}
+GPUS_PER_NODE = 8
+
+# Resolved values worth comparing with what the operator renders and hands the sidecar.
+RESOLVED_KEYS = [
+    "page_size",
+    "kv_cache_dtype",
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "attn_cp_size",
+    "dcp_size",
+    "attn_dcp_size",
+    "enable_dp_attention",
+    "disaggregation_mode",
+    "disaggregation_decode_allocation_policy",
+    "speculative_algorithm",
+    "enable_kv_cache_sharding",
+    "disable_hybrid_swa_memory",
+    "dsv4_attn_backend",
+]
+
+# Variables that must not leak from the host into a case (resolution reads and writes them).
+ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def clean_env(extra, offline=True):
+    """The process's own environment: the host's basics, what resolution must read as on a GPU
+    node, then the process's variables. `offline` when the model's config is handed over as a
+    directory (nothing is fetched from the Hugging Face hub)."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_KEEP}
+    if offline:
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env["SGLANG_IS_FLASHINFER_AVAILABLE"] = "true"
+    env.update(extra)
+    return env
+
+
+def import_sglang():
+    """Import every module resolution reaches while torch still reports no CUDA: faking CUDA
+    first makes lazy imports load sgl_kernel, which needs libcuda."""
+    os.environ.clear()
+    os.environ.update(clean_env({}))
+    import torch  # noqa: F401
+
+    import sglang.srt.arg_groups as groups
+    import sglang.srt.server_args  # noqa: F401
+
+    for info in pkgutil.walk_packages(groups.__path__, groups.__name__ + "."):
+        importlib.import_module(info.name)
+    for name in [
+        "sglang.srt.configs.model_config",
+        "sglang.srt.kernel_plugins.nvidia.binding",
+        "sglang.srt.kernel_plugins.amd.binding",
+        "sglang.srt.distributed.parallel_state",
+        "sglang.srt.layers.sampler",
+        "sglang.srt.runtime_context",
+        "sglang.srt.platforms.cuda",
+        "sglang.srt.utils.common",
+        "sglang.srt.mem_cache.deepseek_v4_memory_pool",
+        "sglang.srt.disaggregation.utils",
+    ]:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # a module a profile does not reach is not fatal
+            print(f"oracle: import {name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+class _Props:
+    def __init__(self, name, cap, mem, sms):
+        self.name, self.major, self.minor = name, cap[0], cap[1]
+        self.total_memory, self.multi_processor_count = mem, sms
+        self.is_integrated = False
+        self.L2_cache_size = 50 * 2**20
+        self.uuid = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def fake_accelerator(profile):
+    import torch
+
+    name, cap, mem, sms = PROFILES[profile]
+    props = _Props(name, cap, mem, sms)
+    c = torch.cuda
+    c.is_available = lambda: True
+    c.device_count = lambda: GPUS_PER_NODE
+    c.get_device_capability = lambda device=None: cap
+    c.get_device_name = lambda device=None: name
+    c.get_device_properties = lambda device=None: props
+    c.mem_get_info = lambda device=None: (mem - 2 * 2**30, mem)
+    c.current_device = lambda: 0
+    c.is_initialized = lambda: True
+    mem_mib = mem / 2**20
+
+    import sglang.srt.platforms as platforms
+    import sglang.srt.platforms.cuda as cuda_platform
+
+    platform = cuda_platform.CudaSRTPlatform()
+    platforms._current_platform = platform
+    for mod in list(sys.modules.values()):
+        if not getattr(mod, "__name__", "").startswith("sglang"):
+            continue
+        d = getattr(mod, "__dict__", {})
+        if "get_nvgpu_memory_capacity" in d:
+            d["get_nvgpu_memory_capacity"] = lambda: mem_mib
+        if "current_platform" in d:
+            d["current_platform"] = platform
+        if "is_flashinfer_available" in d:
+            d["is_flashinfer_available"] = lambda: True
+        for value in list(d.values()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+
+
+class _Group:
+    """Stands in for a process group (rank 0's): every other attribute or call answers a stand-in."""
+
+    def __init__(self, ranks=(0,)):
+        self.ranks = list(ranks)
+        self.world_size = len(self.ranks)
+        self.rank_in_group = 0
+        self.rank = 0
+
+    def __getattr__(self, _):
+        return _Group()
+
+    def __call__(self, *a, **k):
+        return _Group()
+
+
+def parallel_state_checks(sa):
+    """The width checks of initialize_model_parallel (tp % dcp, ...) with groups stubbed."""
+    import torch
+
+    from sglang.srt import runtime_context
+    from sglang.srt.distributed import parallel_state as ps
+
+    runtime_context.publish(sa, role="scheduler")
+    parallel = ps.get_parallel() if hasattr(ps, "get_parallel") else None
+    world = parallel.tp_size * parallel.pp_size if parallel is not None else sa.tp_size * sa.pp_size
+    torch.distributed.is_initialized = lambda: True
+    torch.distributed.get_world_size = lambda group=None: world
+    torch.distributed.get_rank = lambda group=None: 0
+    torch.distributed.get_backend = lambda group=None: "nccl"
+    ps.get_world_group = lambda: _Group()
+    ps.init_model_parallel_group = lambda group_ranks, *a, **k: _Group(next((g for g in group_ranks if 0 in g), group_ranks[0]))
+    ps.initialize_model_parallel(**model_parallel_sizes(ps, parallel, sa))
+
+
+def model_parallel_sizes(ps, parallel, sa):
+    """The widths initialize_model_parallel takes as arguments before 0.5.21 (it reads the runtime
+    context from then on), as that release's bootstrap passes them."""
+    import inspect
+
+    if "tensor_model_parallel_size" not in inspect.signature(ps.initialize_model_parallel).parameters:
+        return {}
+
+    def size(*candidates):
+        for source, attr in candidates:
+            try:  # a derived width is not available before the groups exist (0.5.19)
+                value = getattr(source, attr, None) if source is not None else None
+            except Exception:  # noqa: BLE001
+                value = None
+            if isinstance(value, int) and value > 0:
+                return value
+        return 1
+
+    def leaf(name, *args):
+        """The runtime context's width, else the server argument's."""
+        return size((parallel, name), *((sa, a) for a in args))
+
+    attn_dp = leaf("attn_dp_size", "attn_dp_size")
+    if attn_dp == 1 and getattr(sa, "enable_dp_attention", False):
+        attn_dp = leaf("dp_size", "dp_size")  # before 0.5.22 the attention-DP width is --dp-size
+
+    return {
+        "tensor_model_parallel_size": leaf("tp_size", "tp_size"),
+        "attention_data_parallel_size": attn_dp,
+        "pipeline_model_parallel_size": leaf("pp_size", "pp_size"),
+        "expert_model_parallel_size": leaf("moe_ep_size", "ep_size"),
+        "attention_context_model_parallel_size": leaf("attn_cp_size", "attn_cp_size"),
+        "moe_data_model_parallel_size": leaf("moe_dp_size", "moe_dp_size"),
+        # 0.5.19's context holds no DCP width before the groups exist: the argument's.
+        "decode_context_parallel_size": size((sa, "dcp_size"), (parallel, "attn_dcp_size")),
+    }
+
+
+def resolved_values(sa):
+    try:
+        d = sa.resolved_dict()
+    except Exception as e:  # report what we can
+        return {"_error": f"{type(e).__name__}: {e}"}
+    out = {}
+    for k in RESOLVED_KEYS:
+        if k in d:
+            v = d[k]
+            out[k] = v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+    for k, v in d.items():
+        if k not in out and ("kv_layout" in k or k.startswith("dsv4")):
+            out[k] = v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+    return out
+
+
+def dsv4_pd_kv_layout(sa):
+    """What this process's DeepSeek-V4 pool reports in the PD handshake, by SGLang's own code:
+    `select_dsv4_kv_layout()` on the faked GPU (after the scheduler's runtime context is
+    published), then `get_pd_kv_layout()` on a `DeepSeekV4TokenToKVPool`. Only the pool's buffer
+    allocation is skipped (it needs a GPU): the pool is made with `object.__new__`, as SGLang's
+    own disaggregation wire test does, and given the attributes its __init__ sets for
+    `pd_kv_layout` (the selected layouts, the model's `compress_ratios` as kv_cache_configurator
+    passes them, and `uniform_fp8` from the same two calls). None for other models."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+
+    ratios = getattr(model_config_of(sa), "compress_ratios", None)
+    if ratios is None:
+        return {}
+    try:
+        from sglang.srt.disaggregation.utils import get_pd_kv_layout
+    except ImportError:  # a release whose handshake carries no KV layout (before 0.5.23)
+        return {}
+    from sglang.kernels.ops.attention.dsv4.kv_layout import KVLayout
+    from sglang.srt.layers.attention.dsv4.unified_kv_gate import is_unified_kv_triton
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool, select_dsv4_kv_layout
+    from sglang.srt.runtime_context import get_exec
+
+    try:
+        layout, option = select_dsv4_kv_layout()
+        pool = object.__new__(DeepSeekV4TokenToKVPool)
+        pool.kv_layout = KVLayout.parse(layout)
+        pool.compressed_kv_layout_option = option
+        pool.compression_ratios = list(ratios)
+        pool.uniform_fp8 = (not is_unified_kv_triton()) and get_exec().kernel.dsv4_attn_backend == "trtllm"
+        return {"pd_kv_layout": get_pd_kv_layout(pool)}
+    except Exception as e:  # the pool would refuse this layout after the weights load
+        return {"pd_kv_layout_error": f"{type(e).__name__}: {e}"}
+
+
+def fake_ib_devices(argv):
+    """The host's InfiniBand devices are not the spec's business: answer that the devices the
+    argv names exist (SGLang checks them against /sys/class/infiniband at start-up)."""
+    value = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--disaggregation-ib-device"), None)
+    if value is None:
+        return
+    try:
+        parsed = json.loads(value)
+        names = {d.strip() for v in parsed.values() for d in str(v).split(",")} if isinstance(parsed, dict) else set()
+    except ValueError:
+        names = {d.strip() for d in value.split(",")}
+    sysfs = "/sys/class/infiniband"
+    isdir, listdir = os.path.isdir, os.listdir
+    os.path.isdir = lambda p: True if p == sysfs else isdir(p)
+    os.listdir = lambda p=".": sorted(names) if p == sysfs else listdir(p)
+
+
+def run_process(proc, model_dir):
+    """Child body: one engine process's start-up; returns the result dict. `model_dir` holds the
+    model's config.json and replaces the argv's model path; None leaves the path to SGLang."""
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    argv = list(proc["argv"])
+    for i, a in enumerate(argv[:-1]):
+        if model_dir is not None and a in ("--model-path", "--model"):
+            argv[i + 1] = model_dir
+    fake_ib_devices(argv)
+    os.environ.clear()
+    os.environ.update(clean_env(dict(proc.get("env", [])), offline=model_dir is not None))
+    from sglang.srt.server_args import prepare_server_args
+
+    stage = "parse"
+    sa = None
+    try:
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        try:
+            # `--help` prints the usage on stdout and exits 0: keep it out of the results stream.
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                sa = prepare_server_args(argv)
+        except SystemExit as e:  # argparse prints `prog: error: <text>` and exits 2
+            text = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {e.code}"
+            return {"ok": False, "stage": stage, "error_type": "SystemExit", "error": text.split("error: ", 1)[-1]}
+        stage = "resolve"
+        sa.resolve_once()
+        stage = "check"
+        sa.check_server_args()
+        stage = "parallel_state"
+        resolved = resolved_values(sa)
+        parallel_state_checks(sa)
+        resolved.update(dsv4_pd_kv_layout(sa))
+        return {"ok": True, "stage": "done", "resolved": resolved}
+    except BaseException as e:  # noqa: BLE001 - every failure is the verdict
+        tb = traceback.extract_tb(e.__traceback__)
+        where = next((f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(tb) if "sglang" in f.filename), "")
+        out = {"ok": False, "stage": stage, "error_type": type(e).__name__, "error": str(e), "where": where}
+        if sa is not None and stage != "resolve":
+            out["resolved"] = resolved_values(sa)
+        return out
+
+
+def in_child(fn, *args, timeout=120):
+    """Runs fn in a forked child; returns its JSON result (or a crash report)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            res = fn(*args)
+        except BaseException as e:  # noqa: BLE001
+            res = {"ok": False, "stage": "oracle", "error_type": type(e).__name__, "error": str(e)}
+        data = json.dumps(res, default=str).encode()
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"ok": False, "stage": "oracle", "error_type": "ChildCrashed", "error": f"wait status {status}"}
+    return json.loads(data)
+
+
+def model_dir_for(config, cache):
+    text = json.dumps(config, sort_keys=True)
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    if key not in cache:
+        d = os.path.join(cache["_root"], key)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            f.write(text)
+        cache[key] = d
+    return cache[key]
+
+
+# A termination message holds 4096 bytes; the verdict written there keeps under this.
+VERDICT_BYTES = 3800
+# What the termination message keeps of a process's resolved values.
+VERDICT_RESOLVED = ("page_size", "kv_cache_dtype", "attention_backend", "disaggregation_mode")
+
+
+def sglang_version():
+    try:
+        import sglang
+
+        return getattr(sglang, "__version__", "unknown")
+    except Exception:  # noqa: BLE001 - the verdict says what it can
+        return "unknown"
+
+
+def profile_results(profile, procs, model_dir):
+    """Worker body: fake one accelerator, then each process in its own child."""
+    fake_accelerator(profile)
+    out = []
+    for proc in procs:
+        res = in_child(run_process, proc, model_dir)
+        res.update({"role": proc["role"], "node": proc["node"], "profile": profile})
+        out.append(res)
+    return out
+
+
+def dry_run(case):
+    """Every process of `case` (the dry-run input), grouped by accelerator; the full verdict."""
+    import_sglang()
+    by_profile = {}
+    for i, proc in enumerate(case["processes"]):
+        by_profile.setdefault(proc.get("profile", "H100"), []).append((i, proc))
+    results = [None] * len(case["processes"])
+    for profile, procs in by_profile.items():
+        got = in_child(profile_results, profile, [p for _, p in procs], case.get("modelConfigDir"))
+        if isinstance(got, dict):  # the worker itself crashed
+            got = [dict(got, role=p["role"], node=p["node"], profile=profile) for _, p in procs]
+        for (i, _), res in zip(procs, got):
+            results[i] = res
+    return {"v": 1, "ok": all(r.get("ok") for r in results), "sglang": sglang_version(), "processes": results}
+
+
+def compact(verdict, limit=VERDICT_BYTES):
+    """The verdict cut to `limit` bytes of JSON: resolved values trimmed, then error texts shortened."""
+    small = dict(verdict)
+    small["processes"] = [
+        {**{k: v for k, v in p.items() if k != "resolved" and k != "where"},
+         "resolved": {k: v for k, v in (p.get("resolved") or {}).items() if k in VERDICT_RESOLVED}}
+        for p in verdict["processes"]
+    ]
+    text = json.dumps(small, separators=(",", ":"), default=str)
+    cut = 1000
+    while len(text.encode()) > limit and cut > 40:
+        for p in small["processes"]:
+            if len(p.get("error", "")) > cut:
+                p["error"] = p["error"][:cut] + "..."
+            p.pop("resolved", None) if cut < 400 else None
+        text = json.dumps(small, separators=(",", ":"), default=str)
+        cut //= 2
+    return text
+
+
+def read_input(args):
+    if args.input_env:
+        return json.loads(os.environ[args.input_env])
+    with (sys.stdin if args.input == "-" else open(args.input)) as f:
+        return json.load(f)
+
+
+def with_pod_env(case):
+    """Each process's `envFromPod` variables, from this pod's environment (read before SGLang's
+    import clears it)."""
+    for proc in case["processes"]:
+        names = proc.get("envFromPod", [])
+        proc["env"] = list(proc.get("env", [])) + [[n, os.environ[n]] for n in names if n in os.environ]
+    return case
+
+
+def main():
+    ap = argparse.ArgumentParser(description="pd-operator engine dry run: SGLang's start-up resolution per process")
+    ap.add_argument("--input", default="-", help="the dry-run input (JSON file, - for stdin)")
+    ap.add_argument("--input-env", help="read the input from this environment variable instead")
+    ap.add_argument("--verdict", help="also write the compact verdict here (the termination message)")
+    args = ap.parse_args()
+    case = with_pod_env(read_input(args))
+    verdict = dry_run(case)
+    print(json.dumps(verdict, default=str), flush=True)
+    if args.verdict:
+        with open(args.verdict, "w") as f:
+            f.write(compact(verdict))
+
+
+if __name__ == "__main__":
+    main()
