@@ -7,13 +7,12 @@ pub mod fetch;
 pub mod view;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use pd_api::Accelerator;
-use pd_core::offline::{self, Assumed};
+use pd_core::offline;
+use pd_runtime::verdict_args::VerdictArgs;
 
 /// What the exit status means (`kubectl pd --help` prints it).
 pub const EXIT_CODES: &str = "\
@@ -55,18 +54,8 @@ pub struct Target {
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// YAML files; multi-document files and ConfigMaps for `model.configMapRef` are accepted.
-    #[arg(short = 'f', long = "filename", required = true)]
-    pub files: Vec<PathBuf>,
-    /// The model's HF config.json, used for every PDDeployment read.
-    #[arg(long)]
-    pub model_config: Option<PathBuf>,
-    /// Check for pods on this GPU (H100, H200, B200) where a role's `accelerator` is unset.
-    #[arg(long, value_parser = Accelerator::parse)]
-    pub accelerator: Option<Accelerator>,
-    /// Judge with this SGLang release (e.g. 0.5.21) where a spec sets no `engine.version`.
-    #[arg(long)]
-    pub engine_version: Option<String>,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
     /// Print the findings as JSON.
     #[arg(long)]
     pub json: bool,
@@ -89,9 +78,10 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn validate(args: &ValidateArgs) -> Result<(String, ExitCode), fetch::Error> {
-    let (loaded, config) = offline::load(&args.files, &args.model_config).map_err(fetch::Error::Input)?;
-    let assumed = Assumed { accelerator: args.accelerator, engine_version: args.engine_version.as_deref() };
-    let (text, valid) = offline::report(&loaded, config.as_ref(), assumed, args.json).map_err(|e| fetch::Error::Output(e.to_string()))?;
+    let v = &args.verdict;
+    let (loaded, config) = offline::load(&v.files, &v.model_config).map_err(fetch::Error::Input)?;
+    let (text, valid) =
+        offline::report(&loaded, config.as_ref(), v.assumed(), args.json).map_err(|e| fetch::Error::Output(e.to_string()))?;
     Ok((text, if valid { ExitCode::SUCCESS } else { ExitCode::from(1) }))
 }
 

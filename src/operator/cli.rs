@@ -9,11 +9,11 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
-use pd_api::Accelerator;
 use pd_core::offline::{self, Assumed, check_one};
 use pd_core::render::{self, RenderOptions};
 use pd_core::validate::{self, Severity};
 use pd_runtime::telemetry::LogArgs;
+use pd_runtime::verdict_args::VerdictArgs;
 
 /// What every subcommand's exit status means (`pd-operator --help` prints it).
 pub const EXIT_CODES: &str = "\
@@ -123,20 +123,10 @@ pub enum WorkloadApi {
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// YAML files; multi-document files and ConfigMaps for `model.configMapRef` are accepted.
-    #[arg(short = 'f', long = "filename", required = true)]
-    pub files: Vec<PathBuf>,
-    /// The model's HF config.json, used for every PDDeployment read.
-    #[arg(long)]
-    pub model_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: OutputFormat,
-    /// Check for pods on this GPU (H100, H200, B200) where a role's `accelerator` is unset.
-    #[arg(long, value_parser = Accelerator::parse)]
-    pub accelerator: Option<Accelerator>,
-    /// Judge with this SGLang release (e.g. 0.5.21) where a spec sets no `engine.version`.
-    #[arg(long)]
-    pub engine_version: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -366,18 +356,12 @@ fn sidecar_error(e: crate::handshake::sidecar::SidecarError) -> ExitCode {
     }
 }
 
-impl<'a> From<&'a ValidateArgs> for Assumed<'a> {
-    fn from(args: &'a ValidateArgs) -> Self {
-        Assumed { accelerator: args.accelerator, engine_version: args.engine_version.as_deref() }
-    }
-}
-
 fn run_validate(args: ValidateArgs) -> ExitCode {
-    let (loaded, config) = match offline::load(&args.files, &args.model_config) {
+    let (loaded, config) = match offline::load(&args.verdict.files, &args.verdict.model_config) {
         Ok(v) => v,
         Err(e) => return input_error(e),
     };
-    let (out, all_valid) = match offline::report(&loaded, config.as_ref(), (&args).into(), args.output == OutputFormat::Json) {
+    let (out, all_valid) = match offline::report(&loaded, config.as_ref(), args.verdict.assumed(), args.output == OutputFormat::Json) {
         Ok(r) => r,
         Err(e) => return runtime_error(format!("cannot serialize the report: {e}")),
     };

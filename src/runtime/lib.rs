@@ -7,3 +7,4 @@ pub mod kube_client;
 pub mod probe;
 pub mod shutdown;
 pub mod telemetry;
+pub mod verdict_args;
