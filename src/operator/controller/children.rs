@@ -55,13 +55,33 @@ macro_rules! child_stores {
                 (Self { pods, $($f,)* }, controller)
             }
 
-            /// Waits for every cache's first full list (instant once they have it).
+            /// Waits for every cache's first full list (instant once they have it), at most
+            /// `CACHE_READY_BOUND`: then the kinds still waiting are the error.
             pub async fn ready(&self) -> Result<(), Error> {
-                self.pods.wait_until_ready().await.map_err(|_| Error::CacheClosed)?;
-                $(if let Some(cache) = &self.$f {
-                    cache.wait_until_ready().await.map_err(|_| Error::CacheClosed)?;
+                let all = async {
+                    self.pods.wait_until_ready().await.map_err(|_| Error::CacheClosed)?;
+                    $(if let Some(cache) = &self.$f {
+                        cache.wait_until_ready().await.map_err(|_| Error::CacheClosed)?;
+                    })*
+                    Ok(())
+                };
+                match tokio::time::timeout(super::CACHE_READY_BOUND, all).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Error::CacheNotReady(self.not_ready().join(", "))),
+                }
+            }
+
+            /// The kinds whose cache has not had its first full list yet.
+            pub fn not_ready(&self) -> Vec<&'static str> {
+                use futures::FutureExt;
+                let mut waiting = Vec::new();
+                if self.pods.wait_until_ready().now_or_never().is_none() {
+                    waiting.push("pods");
+                }
+                $(if self.$f.as_ref().is_some_and(|c| c.wait_until_ready().now_or_never().is_none()) {
+                    waiting.push(<$t as k8s_openapi::Resource>::URL_PATH_SEGMENT);
                 })*
-                Ok(())
+                waiting
             }
 
             /// The watchdog's check of every child cache against a metadata list of the same scope

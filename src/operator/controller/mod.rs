@@ -44,6 +44,13 @@ const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
 const STATUS_MEMORY: Duration = Duration::from_secs(300);
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// How long a term's caches may wait for their first full list. A list the apiserver never
+/// answers (seen for a custom resource right after a kube-apiserver restart) would otherwise hold
+/// every reconcile until the client's read timeout (295 s); past this bound the term starts its
+/// watches afresh, with the bound doubled each time (up to `CACHE_READY_MAX`), so lists that are
+/// merely slow (thousands of objects) get the time they need.
+const CACHE_READY_BOUND: Duration = Duration::from_secs(10);
+const CACHE_READY_MAX: Duration = Duration::from_secs(160);
 /// Progress-only status changes (counts, messages) are written at most this often per
 /// PDDeployment: pods of a new PDDeployment turn ready one by one, and each would be a write.
 const STATUS_MIN_INTERVAL: Duration = Duration::from_secs(2);
@@ -70,6 +77,8 @@ pub enum Error {
     Unnamed(&'static str),
     #[error("a child cache stopped")]
     CacheClosed,
+    #[error("no first list yet from the watches of: {0}")]
+    CacheNotReady(String),
     #[error("the spec's own KV contract does not read back: {0}")]
     KvContract(#[from] sets::ContractError),
     #[error("could not serialize {what}: {source}")]
@@ -85,7 +94,7 @@ impl Error {
             Error::Kube(_) => "client",
             Error::Render(_) => "render",
             Error::Unnamed(_) => "unnamed",
-            Error::CacheClosed => "cache",
+            Error::CacheClosed | Error::CacheNotReady(_) => "cache",
             Error::KvContract(_) => "kv_contract",
             Error::Serialize { .. } => "serialize",
             Error::DryRun(_) => "dry_run",
@@ -606,13 +615,30 @@ async fn hold_lease(elector: leader::LeaderElector, term: CancellationToken) {
 }
 
 /// One term of reconciling: fresh caches and per-object memory, until `term` is cancelled (a stop
-/// request or a lost lease); then in-flight reconciles get `SHUTDOWN_GRACE` to finish.
+/// request or a lost lease); then in-flight reconciles get `SHUTDOWN_GRACE` to finish. Watches
+/// whose caches get no first list within `CACHE_READY_BOUND` are started afresh within the term.
 async fn reconcile_term(
     client: &Client,
     settings: &Settings,
     metrics: Arc<Metrics>,
     liveness: Arc<watchdog::Liveness>,
     term: CancellationToken,
+) {
+    let mut bound = CACHE_READY_BOUND;
+    while !term.is_cancelled() {
+        run_watches(client, settings, (metrics.clone(), liveness.clone()), term.child_token(), bound).await;
+        bound = (bound * 2).min(CACHE_READY_MAX);
+    }
+}
+
+/// Caches, watches and the controller, until `watches` is cancelled: by the term's end, or by
+/// `restart_unready` when a cache has had no first list in time.
+async fn run_watches(
+    client: &Client,
+    settings: &Settings,
+    (metrics, liveness): (Arc<Metrics>, Arc<watchdog::Liveness>),
+    watches: CancellationToken,
+    bound: Duration,
 ) {
     let ns = settings.namespace.as_deref();
     let (pdd_cache, pdd_events) =
@@ -622,11 +648,12 @@ async fn reconcile_term(
     let (stores, controller) = ChildStores::watch(client, ns, settings.render.workload_api, controller);
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
     info!(namespace = ns.unwrap_or("<all>"), "controller started");
+    let restart = tokio::spawn(restart_unready(pdd_store.clone(), stores.clone(), watches.clone(), bound));
     let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
     let controller = controller
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
-        .graceful_shutdown_on(term.clone().cancelled_owned())
+        .graceful_shutdown_on(watches.clone().cancelled_owned())
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(move |res| {
             metrics.managed.set(pdd_store.len() as i64);
@@ -636,21 +663,67 @@ async fn reconcile_term(
                 }
             }
         });
-    // A term's end finishes within a bound, whatever is still in flight.
+    // The end finishes within a bound, whatever is still in flight.
     let deadline = async move {
-        term.cancelled().await;
+        watches.cancelled().await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     tokio::select! {
         _ = controller => {},
         _ = deadline => warn!(grace = ?SHUTDOWN_GRACE, "reconciles did not drain in time; stopping anyway"),
     }
+    restart.abort();
     watchdog.abort();
+}
+
+/// Cancels `watches` when, `bound` after they started, a cache has had no first list.
+async fn restart_unready(
+    pdd_store: reflector::Store<DeserializeGuard<PDDeployment>>,
+    stores: ChildStores,
+    watches: CancellationToken,
+    bound: Duration,
+) {
+    use futures::FutureExt;
+    tokio::time::sleep(bound).await;
+    let mut waiting = stores.not_ready();
+    if pdd_store.wait_until_ready().now_or_never().is_none() {
+        waiting.push("pddeployments");
+    }
+    if !waiting.is_empty() {
+        warn!(kinds = waiting.join(", "), ?bound, "watches got no first list in time; starting them afresh");
+        watches.cancel();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Caches whose watch never delivers a first list (the writer lives, nothing is applied).
+    struct NeverListed;
+
+    impl children::CacheSource for NeverListed {
+        fn cache<K>(&self) -> cache::Cache<K>
+        where
+            K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        {
+            let (reader, writer) = reflector::store();
+            std::mem::forget(writer);
+            cache::Cache::new(reader, Default::default())
+        }
+    }
+
+    #[tokio::test]
+    async fn watches_whose_caches_get_no_first_list_are_started_afresh() {
+        let stores = ChildStores::from_source(&NeverListed);
+        let waiting = stores.not_ready();
+        assert!(waiting.contains(&"pods") && waiting.contains(&"pdroles"), "{waiting:?}");
+        let (pdds, writer) = reflector::store::<DeserializeGuard<PDDeployment>>();
+        std::mem::forget(writer);
+        let watches = CancellationToken::new();
+        restart_unready(pdds, stores, watches.clone(), Duration::from_millis(5)).await;
+        assert!(watches.is_cancelled(), "a term whose caches never fill starts its watches again");
+    }
 
     #[test]
     fn a_conflict_on_a_roles_replicas_is_told_from_conflicts_on_other_fields() {
