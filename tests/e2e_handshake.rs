@@ -29,6 +29,40 @@ fn start_prefill(bootstrap: u16, extra: &[&str]) -> Background {
     p
 }
 
+/// A sidecar restarted beside a serving decode (a crash, or a new operator image) while its
+/// prefill is briefly away: the gate it inherits stays True, with its transition time, through
+/// the undecided first check and after the new pass.
+fn a_restarted_sidecar_keeps_the_serving_decode_ready(
+    ns: &TestNamespace,
+    decode_pod: &str,
+    old_sidecar: &mut Background,
+    prefill: &mut Background,
+    new_sidecar: impl Fn() -> Background,
+    new_prefill: impl Fn() -> Background,
+) {
+    let gate = || condition(&ns.get_json("pod", decode_pod).unwrap(), "pd.inference.dev/handshake").unwrap();
+    let before = gate();
+    assert_eq!(before["status"], "True");
+    old_sidecar.stop();
+    prefill.stop();
+    let sidecar = new_sidecar();
+    // The new sidecar's first check waits out a refused connection; sample the gate meanwhile.
+    for _ in 0..16 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(gate(), before, "a restarted sidecar must not take a serving decode out of service while it checks");
+    }
+    assert!(sidecar.log_text().contains("kept while the first check runs"), "{}", sidecar.log_text());
+    let _prefill = new_prefill();
+    wait_for(WAIT, "the restarted sidecar's own pass", || {
+        let log = sidecar.log_text();
+        log.contains("reported the handshake to the pod").then_some(()).ok_or(log)
+    });
+    let after = gate();
+    assert_eq!(after["status"], "True");
+    assert_eq!(after["lastTransitionTime"], before["lastTransitionTime"], "the gate never changed, so neither did its transition time");
+    assert_eq!(condition(&ns.get_json("pod", decode_pod).unwrap(), "Ready").unwrap()["status"], "True");
+}
+
 /// `kubectl pd explain`, found by kubectl's own plugin lookup, names the pod with SGLang's text;
 /// the rank map is not there yet.
 fn plugin_explains_the_mismatch(ns: &TestNamespace, name: &str, pod_line: &str) {
@@ -79,12 +113,15 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
     let kubeconfig = token_kubeconfig(&ns.name, &format!("{name}-decode"));
     let pod_ref = format!("{}/{decode_pod}", ns.name);
     let addr = format!("127.0.0.1:{bootstrap}");
-    let _sidecar = common::Background::spawn(
-        "e2e-sidecar",
-        std::process::Command::new(env!("CARGO_BIN_EXE_pd-operator"))
-            .args(["handshake", "run", "--decode", decode_json.path().to_str().unwrap(), "--prefill", &addr, "--pod", &pod_ref])
-            .env("KUBECONFIG", &kubeconfig),
-    );
+    let sidecar = || {
+        common::Background::spawn(
+            "e2e-sidecar",
+            std::process::Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+                .args(["handshake", "run", "--decode", decode_json.path().to_str().unwrap(), "--prefill", &addr, "--pod", &pod_ref])
+                .env("KUBECONFIG", &kubeconfig),
+        )
+    };
+    let mut first_sidecar = sidecar();
 
     common::wait_page_size_mismatch(&ns, name, WAIT);
     let pod = ns.get_json("pod", &decode_pod).unwrap();
@@ -122,7 +159,7 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
 
     // Fix the prefill: the sidecar re-checks, the gate turns True, the pod Ready, the map appears.
     prefill.stop();
-    let _prefill = start_prefill(bootstrap, &[]);
+    let mut prefill = start_prefill(bootstrap, &[]);
     wait_for(WAIT, "HandshakeReady=True and status.rankMap", || {
         let v = ns.get_json("pdd", name)?;
         let c = condition(&v, "HandshakeReady").ok_or_else(|| v["status"].to_string())?;
@@ -141,6 +178,9 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
         (ready["status"] == "True").then_some(()).ok_or_else(|| ready.to_string())
     });
     plugin_draws_the_rank_map(&ns, name, &decode_pod);
+    a_restarted_sidecar_keeps_the_serving_decode_ready(&ns, &decode_pod, &mut first_sidecar, &mut prefill, sidecar, || {
+        start_prefill(bootstrap, &[])
+    });
     let o = cluster().kubectl(&["get", "events.events.k8s.io", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}"]);
     let reasons = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(reasons.contains("PageSizeMismatch") && reasons.contains("HandshakeSucceeded"), "events: {reasons}");

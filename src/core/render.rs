@@ -537,8 +537,9 @@ fn token_volume() -> Volume {
     }
 }
 
-/// The sidecar's permissions: patch `pods/status` of exactly this PDDeployment's decode pods (the
-/// readiness-gate condition and the rank map annotation), nothing else.
+/// The sidecar's permissions: get and patch `pods/status` of exactly this PDDeployment's decode
+/// pods (the readiness-gate condition and the rank map annotation; a restarted sidecar reads the
+/// gate it inherits), nothing else.
 fn handshake_rbac(
     spec: &PDDeploymentSpec,
     name: &str,
@@ -564,7 +565,7 @@ fn handshake_rbac(
         rules: Some(vec![PolicyRule {
             api_groups: Some(vec!["".into()]),
             resources: Some(vec!["pods/status".into()]),
-            verbs: vec!["patch".into()],
+            verbs: vec!["get".into(), "patch".into()],
             // An empty list would mean every pod; with no decode pod, grant nothing.
             resource_names: Some(if pods.is_empty() { vec![format!("{name}-decode-none")] } else { pods }),
             ..Default::default()

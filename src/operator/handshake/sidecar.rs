@@ -37,6 +37,11 @@ const RECHECK: Duration = Duration::from_secs(60);
 const PREFILL_FILE_POLL: Duration = Duration::from_secs(5);
 /// `--once`: rounds an unreachable rank gets before it counts as a failure.
 const DIAL_ROUNDS: u32 = 3;
+/// How long a restarted sidecar (a crash, or a new image) keeps the gate a serving decode pod
+/// already has while its own first check is undecided: three times a running sidecar's
+/// heartbeat loss (2 x 5 s), so a restart never turns a serving decode unready for "Checking",
+/// and a prefill that stays unreachable still turns it unready within half a minute.
+const RESTART_GRACE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Error)]
 pub enum SidecarError {
@@ -175,6 +180,32 @@ pub fn pod_patch(agg: &Aggregate, ranks: Option<&[RankMapping]>, transition: &st
     }))
 }
 
+/// Whether every prefill is decided (passed or failed); `Checking` and pending verdicts are not.
+pub fn decided(verdicts: &[(String, Option<Verdict>)]) -> bool {
+    let failed = verdicts.iter().any(|(_, v)| matches!(v, Some(Verdict::Failed { .. })));
+    failed || verdicts.iter().all(|(_, v)| v.as_ref().is_some_and(Verdict::passed))
+}
+
+/// The gate a restarted sidecar finds on its pod: passed, since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inherited {
+    pub transition: String,
+}
+
+/// The passed gate condition already on the pod, if any (a sidecar that restarted beside a
+/// serving engine).
+pub fn inherited_gate(pod: &Pod) -> Option<Inherited> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == HANDSHAKE_CONDITION && c.status == "True")?;
+    Some(Inherited { transition: c.last_transition_time.as_ref().map(|t| t.0.to_string()).unwrap_or_default() })
+}
+
+/// Whether to leave the pod's gate as it is instead of reporting `agg`: a restarted sidecar
+/// keeps an inherited pass while it has decided nothing, for `RESTART_GRACE`.
+pub fn keeps_inherited(inherited: Option<&Inherited>, decided: bool, since_start: Duration) -> bool {
+    inherited.is_some() && !decided && since_start < RESTART_GRACE
+}
+
 type Verdicts = Arc<Mutex<BTreeMap<String, Option<Verdict>>>>;
 
 fn lock(v: &Verdicts) -> std::sync::MutexGuard<'_, BTreeMap<String, Option<Verdict>>> {
@@ -311,31 +342,32 @@ async fn status_json(State(verdicts): State<Verdicts>) -> impl IntoResponse {
 /// Reports the aggregate to the pod whenever it changes; retries failed writes.
 async fn report_to_pod(client: kube::Client, (ns, name): (String, String), verdicts: Verdicts, mut changed: watch::Receiver<()>) {
     let pods: kube::Api<Pod> = kube::Api::namespaced(client, &ns);
+    let started = Instant::now();
+    let mut inherited = inherited_from(&pods, &name).await;
     let mut last: Option<Aggregate> = None;
-    let mut transition = jiff::Timestamp::now();
+    let mut transition = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut delays = retry_delays();
     loop {
         let snap = snapshot(&verdicts);
         let agg = aggregate(&snap);
+        if keeps_inherited(inherited.as_ref(), decided(&snap), started.elapsed()) {
+            // Wake when the grace ends even if no verdict changes.
+            let left = RESTART_GRACE.saturating_sub(started.elapsed());
+            let _ = tokio::time::timeout(left, changed.changed()).await;
+            continue;
+        }
         if last.as_ref() != Some(&agg) {
-            if last.as_ref().is_none_or(|l| l.passed != agg.passed) {
-                transition = jiff::Timestamp::now();
+            let was_passed = last.as_ref().map(|l| l.passed).or(inherited.as_ref().map(|_| true));
+            if was_passed != Some(agg.passed) {
+                transition = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            } else if let (None, Some(i)) = (&last, &inherited) {
+                transition.clone_from(&i.transition);
             }
-            let ranks = snap.iter().find_map(|(_, v)| match v {
-                Some(Verdict::Passed { ranks, .. }) => Some(ranks.clone()),
-                _ => None,
-            });
-            // Unreported, the gate keeps the pod out of service: a report is never sent half-made.
-            let sent = match pod_patch(&agg, ranks.as_deref(), &transition.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()) {
-                Ok(patch) => {
-                    pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await.map(drop).map_err(|e| e.to_string())
-                }
-                Err(e) => Err(format!("cannot serialize the rank map: {e}")),
-            };
-            match sent {
+            match send_report(&pods, &name, &snap, &agg, &transition).await {
                 Ok(()) => {
                     info!(pod = %name, passed = agg.passed, reason = %agg.reason, "reported the handshake to the pod");
                     last = Some(agg);
+                    inherited = None;
                     delays = retry_delays();
                 }
                 Err(e) => {
@@ -349,6 +381,35 @@ async fn report_to_pod(client: kube::Client, (ns, name): (String, String), verdi
             return;
         }
     }
+}
+
+/// The pod's passed gate at start; a pod that cannot be read inherits nothing (the sidecar then
+/// reports from scratch, as on first start).
+async fn inherited_from(pods: &kube::Api<Pod>, name: &str) -> Option<Inherited> {
+    match pods.get_status(name).await {
+        Ok(pod) => {
+            let i = inherited_gate(&pod);
+            if i.is_some() {
+                info!(pod = %name, "the pod's handshake gate is already True: kept while the first check runs");
+            }
+            i
+        }
+        Err(e) => {
+            warn!(pod = %name, error = %e, "cannot read the pod's current handshake gate");
+            None
+        }
+    }
+}
+
+/// One report: the gate condition and, when passed, the rank map.
+async fn send_report(pods: &kube::Api<Pod>, name: &str, snap: &[(String, Option<Verdict>)], agg: &Aggregate, transition: &str) -> Result<(), String> {
+    let ranks = snap.iter().find_map(|(_, v)| match v {
+        Some(Verdict::Passed { ranks, .. }) => Some(ranks.clone()),
+        _ => None,
+    });
+    // Unreported, the gate keeps the pod out of service: a report is never sent half-made.
+    let patch = pod_patch(agg, ranks.as_deref(), transition).map_err(|e| format!("cannot serialize the rank map: {e}"))?;
+    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await.map(drop).map_err(|e| e.to_string())
 }
 
 /// The long-running sidecar; returns when `shutdown` resolves.
@@ -461,6 +522,40 @@ mod tests {
         assert_eq!(p["status"]["conditions"][0]["type"], HANDSHAKE_CONDITION);
         assert_eq!(p["status"]["conditions"][0]["status"], "False");
         assert!(p["metadata"]["annotations"][RANK_MAP_ANNOTATION].is_null());
+    }
+
+    #[test]
+    fn only_passes_and_failures_are_decided() {
+        let passed = Verdict::Passed { info: Value::Null, ranks: vec![], warnings: vec![] };
+        let pending = Verdict::Pending { reason: "Unreachable".into(), message: "connection refused".into() };
+        assert!(decided(&[("a:1".into(), Some(passed.clone()))]));
+        assert!(decided(&[("a:1".into(), Some(failed("PageSizeMismatch"))), ("b:1".into(), None)]));
+        assert!(!decided(&[("a:1".into(), Some(passed)), ("b:1".into(), None)]));
+        assert!(!decided(&[("a:1".into(), Some(pending))]));
+    }
+
+    #[test]
+    fn a_restarted_sidecar_keeps_a_passed_gate_only_while_undecided_and_within_the_grace() {
+        let i = Inherited { transition: "2026-01-01T00:00:00Z".into() };
+        let soon = Duration::from_secs(1);
+        assert!(keeps_inherited(Some(&i), false, soon));
+        assert!(!keeps_inherited(Some(&i), true, soon), "a decided verdict is reported at once");
+        assert!(!keeps_inherited(Some(&i), false, RESTART_GRACE), "an unreachable prefill turns it unready after the grace");
+        assert!(!keeps_inherited(None, false, soon), "a first start reports Checking as before");
+    }
+
+    #[test]
+    fn only_a_true_gate_is_inherited_with_its_transition_time() {
+        let pod = |status: &str| -> Pod {
+            serde_json::from_value(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": HANDSHAKE_CONDITION, "status": status, "lastTransitionTime": "2026-01-02T03:04:05Z"},
+            ]}}))
+            .unwrap()
+        };
+        assert_eq!(inherited_gate(&pod("True")), Some(Inherited { transition: "2026-01-02T03:04:05Z".into() }));
+        assert_eq!(inherited_gate(&pod("False")), None);
+        assert_eq!(inherited_gate(&Pod::default()), None);
     }
 
     #[test]
