@@ -33,6 +33,12 @@ fn control_plane(action: &str, component: &str) {
     assert!(o.status.success(), "hack/cluster.sh {action} {component}: {}", text(&o));
 }
 
+fn apply_example(ns: &TestNamespace, name: &str) {
+    let spec = std::fs::read_to_string(repo_path(EXAMPLE)).unwrap().replace("name: qwen3", &format!("name: {name}"));
+    let o = ns.apply(&spec);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 fn report(case: &str, what: &str, took: Duration) {
     eprintln!("[chaos] {case}: {what} in {:.1}s", took.as_secs_f64());
 }
@@ -46,7 +52,10 @@ struct Operator {
 
 impl Operator {
     fn install(prefix: &str) -> Self {
-        let ns = TestNamespace::new(prefix);
+        Self::install_in(TestNamespace::new(prefix))
+    }
+
+    fn install_in(ns: TestNamespace) -> Self {
         let release = format!("c{}", &ns.name[ns.name.len() - 6..]);
         let port = free_port();
         let selector = format!("webhook.namespaceSelector={{\"matchLabels\":{{\"kubernetes.io/metadata.name\":\"{}\"}}}}", ns.name);
@@ -101,9 +110,7 @@ impl Operator {
     }
 
     fn apply_example(&self, name: &str) {
-        let spec = std::fs::read_to_string(repo_path(EXAMPLE)).unwrap().replace("name: qwen3", &format!("name: {name}"));
-        let o = self.ns.apply(&spec);
-        assert!(o.status.success(), "{}", text(&o));
+        apply_example(&self.ns, name);
     }
 
     fn scale_decode(&self, name: &str, replicas: u32) {
@@ -373,4 +380,60 @@ fn webhook_replica_killed_during_an_admission_burst_denies_never_admits() {
         tally[1].0 == 0 && tally[1].1 > 0,
         "with its only webhook replica dead, a valid spec must be refused (failurePolicy Fail): {tally:?}"
     );
+}
+
+/// The CRD of the release users upgrade from (tests/upgrade/README.md).
+const PREVIOUS_CRD: &str = "tests/upgrade/pddeployment-crd-ac9762d.yaml";
+
+fn apply_crds(path: &str) {
+    let o = cluster().kubectl(&["apply", "--server-side", "--force-conflicts", "-f", repo_path(path).to_str().unwrap()]);
+    assert!(o.status.success(), "apply {path}: {}", text(&o));
+    let o = cluster().kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/pddeployments.pd.inference.dev"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// This release's CRDs again, however the upgrade case ends.
+struct CurrentCrds;
+
+impl Drop for CurrentCrds {
+    fn drop(&mut self) {
+        apply_crds("crds");
+    }
+}
+
+/// An operator upgrade across API changes: a PDDeployment stored under the previous release's
+/// CRD (no PDRole kind yet) is read by this release's operator once its CRDs are applied,
+/// converges to exactly the children `render` prints, and takes a change afterwards.
+#[test]
+fn objects_stored_under_the_previous_crd_are_reconciled_after_the_upgrade() {
+    let case = "upgrade";
+    let _restore = CurrentCrds;
+    let o = cluster().kubectl(&["delete", "crd", "pdroles.pd.inference.dev", "--ignore-not-found", "--wait=true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    apply_crds(PREVIOUS_CRD);
+    let ns = TestNamespace::new(case);
+    apply_example(&ns, "stored");
+    let stored = ns.get_json("pdd", "stored").unwrap();
+    assert!(stored["spec"]["scaling"].is_null() && stored["status"].is_null(), "stored under the previous schema: {stored}");
+
+    let upgraded = Instant::now();
+    apply_crds("crds");
+    let o = cluster().kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/pdroles.pd.inference.dev"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let op = Operator::install_in(ns);
+    op.converged(case, "after the upgrade", upgraded);
+    let changed = Instant::now();
+    op.scale_decode("stored", 3);
+    op.converged(case, "after a change", changed);
+    let o = cluster().kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        &op.ns.name,
+        "-l",
+        "pd.inference.dev/deployment=stored,pd.inference.dev/role=decode",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 3, "the change took effect: {}", text(&o));
 }

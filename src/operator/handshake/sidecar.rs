@@ -402,7 +402,13 @@ async fn inherited_from(pods: &kube::Api<Pod>, name: &str) -> Option<Inherited> 
 }
 
 /// One report: the gate condition and, when passed, the rank map.
-async fn send_report(pods: &kube::Api<Pod>, name: &str, snap: &[(String, Option<Verdict>)], agg: &Aggregate, transition: &str) -> Result<(), String> {
+async fn send_report(
+    pods: &kube::Api<Pod>,
+    name: &str,
+    snap: &[(String, Option<Verdict>)],
+    agg: &Aggregate,
+    transition: &str,
+) -> Result<(), String> {
     let ranks = snap.iter().find_map(|(_, v)| match v {
         Some(Verdict::Passed { ranks, .. }) => Some(ranks.clone()),
         _ => None,
