@@ -956,12 +956,19 @@ pub fn kv_contract(pinned: &PDDeploymentSpec, facts: &ModelFacts, role: Role) ->
     if let Some(source) = model_source::identity(&pinned.model) {
         model["source"] = source;
     }
+    let release = crate::release::release_of(pinned);
     let side = match role {
-        Role::Prefill => crate::resolve::prefill_info(pinned, facts).to_body(),
+        // The body this release's prefill registers, and the release, so a decode of another
+        // release is judged by what its own record accepts (`sets::incompatibility`).
+        Role::Prefill => crate::resolve::prefill_info(pinned, facts).to_release_body(release),
         Role::Decode => serde_json::to_value(crate::resolve::decode_topology(pinned, facts))
             .map_err(|e| RenderError::Serialize { what: "decode topology", message: e.to_string() })?,
     };
-    Ok(serde_json::json!({"model": model, role.as_str(): side}).to_string())
+    let mut contract = serde_json::json!({"model": model, role.as_str(): side});
+    if role == Role::Prefill {
+        contract["release"] = release.as_str().into();
+    }
+    Ok(contract.to_string())
 }
 
 /// Renders every child object of `pdd` for KV set 0 (what `pd-operator render` prints).

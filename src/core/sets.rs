@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use crate::handshake::core::{DecodeTopology, InputError, PrefillInfo, all_failures};
 use crate::plan::ObservedPod;
+use crate::release::Release;
 use crate::render::KV_CONTRACT;
 use pd_api::{KvSetStatus, Role};
 
@@ -36,6 +37,8 @@ pub enum ContractError {
     Decode(#[from] InputError),
     #[error("prefill topology body: {0}")]
     Prefill(String),
+    #[error("it names no SGLang release this operator knows: {0}")]
+    Release(String),
 }
 
 /// The router Deployment as the cache shows it: the set its pods pair, and whether its rollout
@@ -106,8 +109,37 @@ pub struct Contract {
 
 #[derive(Debug)]
 enum Side {
-    Prefill(PrefillInfo),
+    Prefill(PrefillBody),
     Decode(DecodeTopology),
+}
+
+/// A prefill's topology body as it registers it, and whether its release is recorded.
+#[derive(Debug)]
+struct PrefillBody {
+    body: Value,
+    /// Contracts written before the release was recorded carry every key whatever the release;
+    /// those are read as the reference release reads them, as they always were.
+    release: Option<Release>,
+}
+
+impl PrefillBody {
+    fn read(contract: &Value, body: &Value) -> Result<Self, ContractError> {
+        PrefillInfo::from_body(body).map_err(ContractError::Prefill)?;
+        let release = match contract.get("release") {
+            None => None,
+            Some(r) => Some(r.as_str().and_then(|r| r.parse::<Release>().ok()).ok_or_else(|| ContractError::Release(r.to_string()))?),
+        };
+        Ok(Self { body: body.clone(), release })
+    }
+
+    /// The record a decode of `release` builds from this body, or SGLang's refusal.
+    fn record_for(&self, release: Release) -> Result<PrefillInfo, String> {
+        let as_release = if self.release.is_some() { release } else { Release::REFERENCE };
+        PrefillInfo::from_release_body(as_release, &self.body).map_err(|e| {
+            let prefill = self.release.map_or_else(String::new, |r| format!(" (SGLang {r})"));
+            format!("SGLang {release}'s decode cannot build its record from the prefill's{prefill} topology body ({e})")
+        })
+    }
 }
 
 impl Contract {
@@ -115,7 +147,7 @@ impl Contract {
         let v: Value = serde_json::from_str(text)?;
         let model = v.get("model").cloned().ok_or(ContractError::NoModel)?;
         let side = match (v.get(Role::Prefill.as_str()), v.get(Role::Decode.as_str())) {
-            (Some(body), _) => Side::Prefill(PrefillInfo::from_body(body).map_err(ContractError::Prefill)?),
+            (Some(body), _) => Side::Prefill(PrefillBody::read(&v, body)?),
             (None, Some(topology)) => Side::Decode(DecodeTopology::parse(topology)?),
             (None, None) => return Err(ContractError::NoSide("prefill or decode")),
         };
@@ -127,7 +159,7 @@ impl Contract {
 #[derive(Debug)]
 pub struct SpecContracts {
     model: Value,
-    prefill: PrefillInfo,
+    prefill: PrefillBody,
     decode: DecodeTopology,
 }
 
@@ -144,15 +176,23 @@ impl SpecContracts {
     }
 }
 
-/// Why a running pod's contract cannot pair with the spec's (`None`: it can).
+/// Why a running pod's contract cannot pair with the spec's (`None`: it can). Each decode builds
+/// the prefill's record as its own release does, so an engine upgrade across releases is judged
+/// both ways: the new decode against each running prefill, each running decode against the new
+/// prefill.
 pub fn incompatibility(running: &Contract, new: &SpecContracts) -> Option<String> {
     if running.model != new.model {
         return Some(format!("the model changes from {} to {}: a decode cannot use another model's KV", running.model, new.model));
     }
-    let (pair, failures) = match &running.side {
-        Side::Prefill(info) => ("new decode with running prefill", all_failures(&new.decode, info).0),
-        Side::Decode(topology) => ("running decode with new prefill", all_failures(topology, &new.prefill).0),
+    let (pair, decode, prefill) = match &running.side {
+        Side::Prefill(body) => ("new decode with running prefill", &new.decode, body),
+        Side::Decode(topology) => ("running decode with new prefill", topology, &new.prefill),
     };
+    let info = match prefill.record_for(decode.release) {
+        Ok(info) => info,
+        Err(e) => return Some(format!("{pair}: {e}")),
+    };
+    let failures = all_failures(decode, &info).0;
     let first = failures.first()?;
     Some(format!("{pair}: {}: {}", first.kind, first.error))
 }
@@ -315,6 +355,43 @@ mod tests {
         assert_eq!(judged(decode, &tp4), None);
         let other = contracts(64, "Qwen/Qwen3-8B");
         assert!(judged(prefill, &other).unwrap().contains("the model changes"));
+    }
+
+    /// A DeepSeek-V3 pair whose engines run SGLang `version`.
+    fn contracts_of(version: &str) -> Fixture {
+        let spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"path": "deepseek-ai/DeepSeek-V3"}, "engine": {"version": version},
+            "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}}, "kvTransfer": {"pageSize": 64}
+        }))
+        .unwrap();
+        let facts: ModelFacts = crate::model::resolve(&spec.model, None);
+        let text = (kv_contract(&spec, &facts, Role::Prefill).unwrap(), kv_contract(&spec, &facts, Role::Decode).unwrap());
+        let read = SpecContracts::read(&text.0, &text.1).expect("rendered contracts read back");
+        Fixture { text, read }
+    }
+
+    #[test]
+    fn an_engine_upgrade_across_releases_is_judged_by_each_decodes_own_record() {
+        let (old, new) = (contracts_of("0.5.21"), contracts_of("0.5.23"));
+        // A running 0.5.21 decode would refuse a 0.5.23 prefill's body, as its dataclass does.
+        let why = judged(&old.text.1, &new).expect("a 0.5.21 decode cannot read a 0.5.23 prefill");
+        assert!(why.starts_with("running decode with new prefill: SGLang 0.5.21's decode cannot build its record from the prefill's (SGLang 0.5.23) topology body (TypeError: PrefillServerInfo.__init__() got an unexpected keyword argument"), "{why}");
+        // A new 0.5.23 decode reads a running 0.5.21 prefill's shorter body.
+        assert_eq!(judged(&old.text.0, &new), None);
+        // Downgrading the engine is the mirror image.
+        let why = judged(&new.text.0, &old).expect("a new 0.5.21 decode cannot read a running 0.5.23 prefill");
+        assert!(why.starts_with("new decode with running prefill: SGLang 0.5.21's decode"), "{why}");
+        assert_eq!(judged(&new.text.1, &old), None);
+        // Within one release nothing changes.
+        assert_eq!(judged(&old.text.0, &old), None);
+        assert_eq!(judged(&old.text.1, &old), None);
+        // A prefill contract written before the release was recorded (every key, whatever the
+        // release) is read as it always was.
+        let mut legacy: Value = serde_json::from_str(&contracts_of("0.5.23").text.0).unwrap();
+        legacy.as_object_mut().unwrap().remove("release");
+        assert_eq!(judged(&legacy.to_string(), &old), None);
+        let bad = new.text.0.replace("\"release\":\"0.5.23\"", "\"release\":\"9.9\"");
+        assert!(Contract::read(&bad).unwrap_err().to_string().starts_with("it names no SGLang release this operator knows"));
     }
 
     #[test]

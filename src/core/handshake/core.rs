@@ -248,6 +248,18 @@ impl PrefillInfo {
 
     /// The topology body a prefill with this record would send (`from_body`'s inverse), without
     /// the decode-side scratch keys.
+    /// The body a prefill of `release` registers: its own record's keys only (0.5.21's has no
+    /// `decode_allocation_policy`, `kv_layout` or `enable_kv_cache_sharding`).
+    pub fn to_release_body(&self, release: Release) -> Value {
+        let mut body = self.to_body();
+        if let Some(obj) = body.as_object_mut() {
+            for k in release.unknown_topology_keys() {
+                obj.remove(*k);
+            }
+        }
+        body
+    }
+
     pub fn to_body(&self) -> Value {
         serde_json::json!({
             "attn_tp_size": self.attn_tp_size,
