@@ -783,6 +783,29 @@ fn an_incompatible_change_surges_a_new_kv_set_and_moves_the_router_only_to_a_who
 }
 
 #[test]
+/// An engine upgrade from SGLang 0.5.21 to 0.5.23: a running 0.5.21 decode would refuse the new
+/// prefill's topology body (its record has no `kv_layout`), so the change surges as a KV set of
+/// its own rather than rolling in place, and status says why with SGLang's text.
+fn an_engine_upgrade_across_releases_surges_when_the_running_decode_cannot_read_the_new_prefill() {
+    let ns = TestNamespace::new("release");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let spec = |version: &str| surge_spec(64).replace("  model:", &format!("  engine: {{version: \"{version}\"}}\n  model:"));
+    assert!(ns.apply(&spec("0.5.21")).status.success());
+    wait_condition(&ns, "kv", "Ready", "True");
+    assert!(ns.apply(&spec("0.5.23")).status.success());
+    let mut why = String::new();
+    wait_for(Duration::from_secs(180), "the upgrade to surge as KV set 1", || {
+        let k = ns.get_json("pdd", "kv")?["status"]["kvSet"].clone();
+        why = k["message"].as_str().unwrap_or_default().to_owned();
+        (k["target"] == 1).then_some(()).ok_or_else(|| k.to_string())
+    });
+    assert!(
+        why.starts_with("running decode with new prefill: SGLang 0.5.21's decode cannot build its record from the prefill's (SGLang 0.5.23) topology body (TypeError: PrefillServerInfo.__init__() got an unexpected keyword argument"),
+        "{why}"
+    );
+}
+
+#[test]
 /// With resync shortened to 5 s, the 60 idle seconds hold twelve resyncs: the writes of a
 /// controller left idle for an hour at the default period.
 fn an_idle_controller_writes_nothing_across_twelve_resyncs() {
