@@ -805,6 +805,59 @@ fn an_engine_upgrade_across_releases_surges_when_the_running_decode_cannot_read_
     );
 }
 
+fn sidecar_image(p: &Value) -> String {
+    let c = p["spec"]["initContainers"].as_array().into_iter().flatten().find(|c| c["name"] == "handshake");
+    c.map(|c| c["image"].as_str().unwrap_or_default().to_owned()).unwrap_or_default()
+}
+
+#[test]
+/// An operator upgrade (a new operator image) reaches running decode pods in place, one pod at a
+/// time: the same pods, the engine container untouched, every decode pod Ready at every sample,
+/// the second change at least `sidecar::SETTLE` after the first, an Event per pod.
+fn an_operator_upgrade_changes_running_decode_sidecars_in_place_one_at_a_time() {
+    let ns = TestNamespace::new("sidecar");
+    let mut old = ControllerProcess::start(&ns.name);
+    assert!(ns.apply_file(&repo_path("examples/qwen3-gqa.yaml")).status.success());
+    wait_condition(&ns, "qwen3", "Ready", "True");
+    let before = pods(&ns, "qwen3").unwrap();
+    let decodes: Vec<&Value> = before.iter().filter(|p| p["metadata"]["labels"]["pd.inference.dev/role"] == "decode").collect();
+    assert!(decodes.len() >= 2 && decodes.iter().all(|p| sidecar_image(p) == "pd-operator:e2e"), "{decodes:?}");
+    let engines: BTreeMap<String, Value> =
+        before.iter().map(|p| (p["metadata"]["name"].as_str().unwrap().to_owned(), p["spec"]["containers"].clone())).collect();
+    old.kill();
+    let _new = ControllerProcess::start_with(&ns.name, &["--webhook=false", "--operator-image", "pd-operator:e2e-next"]);
+    wait_for(Duration::from_secs(120), "every decode pod's sidecar at the new image", || {
+        let ps = pods(&ns, "qwen3")?;
+        let decodes: Vec<&Value> = ps.iter().filter(|p| p["metadata"]["labels"]["pd.inference.dev/role"] == "decode").collect();
+        for p in &decodes {
+            assert!(is_ready(p), "a decode pod turned unready during the sidecar update: {p}");
+        }
+        let moved = decodes.iter().filter(|p| sidecar_image(p) == "pd-operator:e2e-next").count();
+        (moved == decodes.len()).then_some(()).ok_or_else(|| format!("{moved} of {} moved", decodes.len()))
+    });
+    let after = pods(&ns, "qwen3").unwrap();
+    let uid = |ps: &[Value]| -> BTreeMap<String, String> {
+        ps.iter().map(|p| (p["metadata"]["name"].as_str().unwrap().to_owned(), p["metadata"]["uid"].as_str().unwrap().to_owned())).collect()
+    };
+    assert_eq!(uid(&after), uid(&before), "no pod may be replaced");
+    for p in &after {
+        assert_eq!(p["spec"]["containers"], engines[p["metadata"]["name"].as_str().unwrap()], "the engine container is untouched");
+    }
+    let mut at: Vec<jiff::Timestamp> = after
+        .iter()
+        .filter_map(|p| p["metadata"]["annotations"]["pd.inference.dev/sidecar-updated-at"].as_str())
+        .map(|t| t.parse().unwrap())
+        .collect();
+    at.sort();
+    assert_eq!(at.len(), decodes.len());
+    assert!(at[1].duration_since(at[0]) >= jiff::SignedDuration::from_secs(10), "one pod at a time, settled: {at:?}");
+    let events = events(&ns);
+    assert!(
+        events.contains("SidecarUpdated: decode pod qwen3-decode-0-0: handshake sidecar pd-operator:e2e -> pd-operator:e2e-next in place"),
+        "{events}"
+    );
+}
+
 #[test]
 /// With resync shortened to 5 s, the 60 idle seconds hold twelve resyncs: the writes of a
 /// controller left idle for an hour at the default period.

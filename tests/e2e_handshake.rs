@@ -29,6 +29,29 @@ fn start_prefill(bootstrap: u16, extra: &[&str]) -> Background {
     p
 }
 
+/// The sidecar's token may patch its own PDDeployment's decode pods' status, nothing else.
+fn sidecar_token_is_confined(ns: &TestNamespace, name: &str, kubeconfig: &std::path::Path) {
+    let as_sidecar = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+        all.extend(args);
+        cluster().kubectl(&all)
+    };
+    let o = as_sidecar(&[
+        "patch",
+        "pod",
+        &format!("{name}-prefill-0-0"),
+        "-n",
+        &ns.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        "{\"metadata\":{\"annotations\":{\"x\":\"y\"}}}",
+    ]);
+    assert!(!o.status.success() && text(&o).contains("forbidden"), "{}", text(&o));
+    let o = as_sidecar(&["get", "pods", "-n", &ns.name]);
+    assert!(!o.status.success() && text(&o).contains("forbidden"), "{}", text(&o));
+}
+
 /// A sidecar restarted beside a serving decode (a crash, or a new operator image) while its
 /// prefill is briefly away: the gate it inherits stays True, with its transition time, through
 /// the undecided first check and after the new pass.
@@ -136,26 +159,7 @@ fn decode_stays_unready_on_a_page_size_mismatch_and_turns_ready_once_the_prefill
         &format!("{decode_pod}  handshake failed (PageSizeMismatch): prefill {addr}: RuntimeError: {PAGE_SIZE_32_VS_64}"),
     );
 
-    // The sidecar's token may patch its own PDDeployment's decode pods' status, nothing else.
-    let as_sidecar = |args: &[&str]| {
-        let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
-        all.extend(args);
-        cluster().kubectl(&all)
-    };
-    let o = as_sidecar(&[
-        "patch",
-        "pod",
-        &format!("{name}-prefill-0-0"),
-        "-n",
-        &ns.name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        "{\"metadata\":{\"annotations\":{\"x\":\"y\"}}}",
-    ]);
-    assert!(!o.status.success() && text(&o).contains("forbidden"), "{}", text(&o));
-    let o = as_sidecar(&["get", "pods", "-n", &ns.name]);
-    assert!(!o.status.success() && text(&o).contains("forbidden"), "{}", text(&o));
+    sidecar_token_is_confined(&ns, name, &kubeconfig);
 
     // Fix the prefill: the sidecar re-checks, the gate turns True, the pod Ready, the map appears.
     prefill.stop();

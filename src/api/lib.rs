@@ -752,6 +752,15 @@ pub struct RolloutSpec {
     /// comes up; no instance is ever taken down first, even in a role of one).
     #[serde(default)]
     pub strategy: RolloutStrategy,
+    /// How a new operator release's handshake sidecar reaches running decode pods. `InPlace`
+    /// (the default): the sidecar container's image is changed on the running pod, one decode
+    /// pod at a time; the kubelet restarts that container alone, the engine keeps running and
+    /// the pod stays Ready (the restarted sidecar keeps the passed gate while it re-checks).
+    /// `OnRollout`: running pods keep their sidecar until their role next rolls. Pods made
+    /// before the sidecar lost its startup probe are always left to the next rollout: their
+    /// probe would hold them unready for a probe period after the restart.
+    #[serde(default)]
+    pub sidecar_update: SidecarUpdate,
     #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
     pub prefill: RoleRollout,
     #[serde(default, skip_serializing_if = "RoleRollout::is_default")]
@@ -767,6 +776,7 @@ impl Default for RolloutSpec {
             drain_seconds: default_drain_seconds(),
             min_ready_seconds: default_min_ready_seconds(),
             strategy: RolloutStrategy::default(),
+            sidecar_update: SidecarUpdate::default(),
             prefill: RoleRollout::default(),
             decode: RoleRollout::default(),
         }
@@ -790,6 +800,14 @@ pub enum RolloutStrategy {
     #[default]
     Auto,
     Surge,
+}
+
+/// `rollout.sidecarUpdate`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum SidecarUpdate {
+    #[default]
+    InPlace,
+    OnRollout,
 }
 
 /// One role's rollout settings. Not part of the role's revision: changing them rolls nothing.

@@ -17,6 +17,7 @@ pub mod resolve;
 pub mod scaling;
 pub mod sets;
 pub mod sglang_args;
+pub mod sidecar;
 pub mod stand_in;
 pub mod status;
 pub mod validate;

@@ -4,11 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use crate::render::{
-    DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE, SIDECAR_CONTAINER,
+    DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE,
+    SIDECAR_CONTAINER, SIDECAR_UPDATED_AT,
 };
 use pd_api::{Role, RolloutSpec};
 
@@ -17,7 +18,7 @@ const POD_SCHEDULED: &str = "PodScheduled";
 /// The pod labels, annotations and conditions `ObservedPod::from_pod` reads: the controller's pod
 /// cache keeps only these (and the deployment label it finds a PDDeployment's pods by).
 pub const READ_LABELS: [&str; 5] = [LABEL_ROLE, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_KV_SET];
-pub const READ_ANNOTATIONS: [&str; 3] = [DRAINING_SINCE, RANK_MAP_ANNOTATION, KV_CONTRACT];
+pub const READ_ANNOTATIONS: [&str; 4] = [DRAINING_SINCE, RANK_MAP_ANNOTATION, KV_CONTRACT, SIDECAR_UPDATED_AT];
 pub const READ_CONDITIONS: [&str; 3] = [POD_READY, POD_SCHEDULED, HANDSHAKE_CONDITION];
 
 /// What the planner needs to know about an existing engine pod.
@@ -46,6 +47,10 @@ pub struct ObservedPod {
     pub draining_since: Option<jiff::Timestamp>,
     /// The image its handshake sidecar runs (decode pods): the operator release that made it.
     pub sidecar_image: Option<String>,
+    /// Whether that sidecar has a startup probe (made before in-place updates; never updated).
+    pub sidecar_probed: bool,
+    /// When the operator last changed its sidecar's image in place.
+    pub sidecar_updated_at: Option<jiff::Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,10 +62,14 @@ pub struct GateCondition {
     pub rank_map: Option<Vec<pd_api::RankTargets>>,
 }
 
+/// `pod`'s handshake sidecar container, if it has one.
+pub fn sidecar(pod: &Pod) -> Option<&Container> {
+    pod.spec.as_ref()?.init_containers.as_ref()?.iter().find(|c| c.name == SIDECAR_CONTAINER)
+}
+
 /// The image of `pod`'s handshake sidecar, if it has one.
 pub fn sidecar_image(pod: &Pod) -> Option<String> {
-    let containers = pod.spec.as_ref()?.init_containers.as_ref()?;
-    containers.iter().find(|c| c.name == SIDECAR_CONTAINER)?.image.clone()
+    sidecar(pod)?.image.clone()
 }
 
 /// Gives the current revision to pods pd-operator 0.1.0 labelled with the revision it derived
@@ -103,6 +112,8 @@ impl ObservedPod {
             ready_since: condition(POD_READY).filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
             draining_since: pod.metadata.annotations.as_ref().and_then(|a| a.get(DRAINING_SINCE)).and_then(|t| t.parse().ok()),
             sidecar_image: sidecar_image(pod),
+            sidecar_probed: sidecar(pod).is_some_and(|c| c.startup_probe.is_some()),
+            sidecar_updated_at: pod.metadata.annotations.as_ref().and_then(|a| a.get(SIDECAR_UPDATED_AT)).and_then(|t| t.parse().ok()),
             unschedulable: condition(POD_SCHEDULED)
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_default()),
@@ -139,6 +150,8 @@ impl ObservedPod {
             unschedulable: None,
             draining_since: None,
             sidecar_image: None,
+            sidecar_probed: false,
+            sidecar_updated_at: None,
         }
     }
 

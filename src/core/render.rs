@@ -37,6 +37,8 @@ pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
 pub const LABEL_SERVING: &str = "pd.inference.dev/serving";
 /// When the controller started draining a pod (RFC 3339).
 pub const DRAINING_SINCE: &str = "pd.inference.dev/draining-since";
+/// When the operator last changed a running decode pod's sidecar image in place.
+pub const SIDECAR_UPDATED_AT: &str = "pd.inference.dev/sidecar-updated-at";
 /// The KV set an engine pod belongs to. Pods of one set may pair; a spec change whose KV contract
 /// is incompatible with the running set starts a new set beside it, and the router is moved to the
 /// new set as a whole (see `controller::sets`).
@@ -480,9 +482,13 @@ fn handshake_sidecar(opts: &RenderOptions) -> Container {
         ]),
         env: Some(vec![env_field("POD_NAME", "metadata.name"), env_field("POD_NAMESPACE", "metadata.namespace")]),
         ports: Some(vec![port("handshake", HANDSHAKE_PORT)]),
-        // A native sidecar: started before the engine and kept running beside it.
+        // A native sidecar: started before the engine and kept running beside it. No startup
+        // (or readiness) probe: the kubelet counts a native sidecar's readiness in the pod's, and
+        // a probe would hold a serving decode unready for a period after each in-place image
+        // update (`rollout.sidecarUpdate`); without one a restart never shows as unready (kind,
+        // measured). Liveness only restarts a hung sidecar.
         restart_policy: Some("Always".into()),
-        startup_probe: Some(http_probe("/livez", "handshake", 2, 30)),
+        liveness_probe: Some(http_probe("/livez", "handshake", 10, 3)),
         volume_mounts: Some(vec![
             VolumeMount { name: "handshake".into(), mount_path: HANDSHAKE_MOUNT.into(), read_only: Some(true), ..Default::default() },
             VolumeMount { name: "handshake-token".into(), mount_path: TOKEN_MOUNT.into(), read_only: Some(true), ..Default::default() },

@@ -288,9 +288,13 @@ impl ControllerProcess {
 
     fn launch_process(&mut self) {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        // The suites' operator image, unless the test names one (an operator upgrade).
+        let image: &[&str] =
+            if self.extra.iter().any(|a| a == "--operator-image") { &[] } else { &["--operator-image", "pd-operator:e2e"] };
         let child = Command::new(bin("pd-operator"))
             .args(["controller", "--namespace", &self.namespace, "--leader-election-namespace", &self.namespace])
-            .args(["--admin-addr", &format!("127.0.0.1:{}", self.admin_port), "--operator-image", "pd-operator:e2e"])
+            .args(["--admin-addr", &format!("127.0.0.1:{}", self.admin_port)])
+            .args(image)
             .args(&self.extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("PD_LOG_LEVEL", "info,pd_operator=debug")

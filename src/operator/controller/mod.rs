@@ -483,9 +483,15 @@ fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDe
 /// container statuses, other labels and the conditions' other timestamps are most of a pod's memory, and the
 /// cache holds every pod.
 fn slim_pod(p: &mut Pod) {
-    // Of the spec, only the sidecar's image (`ObservedPod::sidecar_image`).
-    p.spec = plan::sidecar_image(p).map(|image| PodSpec {
-        init_containers: Some(vec![Container { name: SIDECAR_CONTAINER.into(), image: Some(image), ..Default::default() }]),
+    // Of the spec, only the sidecar's image and whether it has a startup probe
+    // (`ObservedPod::sidecar_image`, `sidecar_probed`).
+    p.spec = plan::sidecar(p).map(|c| PodSpec {
+        init_containers: Some(vec![Container {
+            name: SIDECAR_CONTAINER.into(),
+            image: c.image.clone(),
+            startup_probe: c.startup_probe.as_ref().map(|_| Default::default()),
+            ..Default::default()
+        }]),
         ..Default::default()
     });
     let m = &mut p.metadata;

@@ -17,6 +17,7 @@ use tracing::{Instrument, info, info_span, warn};
 use pd_core::plan::{self, DeleteReason, ObservedPod, Plan};
 use pd_core::scaling::{self, Scaled};
 use pd_core::sets::{self, Decision};
+use pd_core::sidecar;
 use pd_core::status;
 
 use super::{Context, Error, model_config, scale, status_delay, write_status};
@@ -263,7 +264,36 @@ impl<'a> Pass<'a> {
         if !plan.creates.is_empty() || !plan.deletes.is_empty() || !plan.drains.is_empty() {
             outcome.requeue = outcome.requeue.min(Duration::from_secs(2));
         }
+        self.update_sidecar(&mut outcome).await?;
         Ok(outcome)
+    }
+
+    /// Moves one running decode pod to this operator's sidecar image, in place
+    /// (`rollout.sidecarUpdate`, `pd_core::sidecar`).
+    async fn update_sidecar(&self, outcome: &mut Outcome) -> Result<(), Error> {
+        let image = &self.ctx.render.operator_image;
+        let step = sidecar::next(&self.observed, image, self.pdd.spec.rollout.sidecar_update, jiff::Timestamp::now());
+        if let Some(wait) = step.wake_in {
+            outcome.requeue = outcome.requeue.min(wait + Duration::from_millis(200));
+        }
+        let Some(pod) = step.pod else { return Ok(()) };
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {render::SIDECAR_UPDATED_AT: jiff::Timestamp::now().to_string()}},
+            "spec": {"initContainers": [{"name": render::SIDECAR_CONTAINER, "image": image}]},
+        });
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        self.ctx.metrics.write("patch", "pods");
+        let params = PatchParams { field_manager: Some(super::FIELD_MANAGER.into()), ..Default::default() };
+        match api.patch(&pod, &params, &Patch::Strategic(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let from = step.from.unwrap_or_default();
+        let note = format!("decode pod {pod}: handshake sidecar {from} -> {image} in place; the engine keeps running");
+        self.ctx.event(self.pdd, EventType::Normal, "SidecarUpdated", "UpdateSidecar", note).await;
+        outcome.requeue = outcome.requeue.min(sidecar::SETTLE + Duration::from_millis(200));
+        Ok(())
     }
 
     /// Publishes the Event of one planned delete; false when a recreation must wait out its backoff.
