@@ -38,6 +38,11 @@ SIM_IMAGE=$(hack/image.sh --sim)
 log "stand-in image $SIM_IMAGE ready after $(( $(date +%s) - start ))s"
 GATEWAY_IMAGE=$(hack/gateway-image.sh)
 log "gateway image $GATEWAY_IMAGE ready after $(( $(date +%s) - start ))s"
+# The next release for the upgrade phase: the same binary in an image of its own (another image
+# ID and reference), as `helm upgrade` to a new operator image would bring.
+NEXT_IMAGE="${IMAGE}-next"
+printf 'FROM %s\nLABEL org.opencontainers.image.description="pd-operator, the next release (kind upgrade phase)"\n' "$IMAGE" \
+  | DOCKER_BUILDKIT=0 docker build -q -t "$NEXT_IMAGE" - >/dev/null
 
 cleanup() {
   local rc=$?
@@ -62,7 +67,7 @@ t=$(date +%s)
 "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config hack/kind/cluster.yaml \
   --kubeconfig "$KUBECONFIG_FILE" --wait 5m >&2
 log "cluster up in $(( $(date +%s) - t ))s"
-"$KIND" load docker-image "$IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
+"$KIND" load docker-image "$IMAGE" "$NEXT_IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
 
 # NetworkPolicy is enforced (kube-router's firewall only; docs/kind.md "NetworkPolicy"), and in
 # place before anything else is installed. PD_KIND_NETPOL_CHECK=1 also proves it (hack/netpol-check.sh).
@@ -101,12 +106,24 @@ helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS"
 
 log "running tests/e2e_kind.rs against the cluster"
 t=$(date +%s)
+UPGRADE_TEST=operator_upgrade_under_load_restarts_no_engine_and_moves_every_sidecar
+kind_tests() {
+  PD_E2E_KEEP_FAILED=${PD_KIND_KEEP:-} PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
+    PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_NEXT_OPERATOR_IMAGE="$NEXT_IMAGE" PD_KIND_SIM_IMAGE="$SIM_IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
+    cargo test --locked --test e2e_kind -- --ignored --nocapture "$@" 2>&1 | tee -a "$STATE/test.log" >&2
+  return "${PIPESTATUS[0]}"
+}
+: > "$STATE/test.log"
 set +e
-PD_E2E_KEEP_FAILED=${PD_KIND_KEEP:-} PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
-  PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_SIM_IMAGE="$SIM_IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
-  cargo test --locked --test e2e_kind -- --ignored --test-threads 4 --nocapture ${PD_KIND_TESTS:-} 2>&1 | tee "$STATE/test.log" >&2
-rc=${PIPESTATUS[0]}
+# Every test on the installed operator, then the upgrade phase alone: it replaces that operator.
+kind_tests --test-threads 4 --skip "$UPGRADE_TEST" ${PD_KIND_TESTS:-}
+rc=$?
+if [ "$rc" = 0 ] && { [ -z "${PD_KIND_TESTS:-}" ] || [[ "$UPGRADE_TEST" == *"$PD_KIND_TESTS"* ]]; }; then
+  log "upgrade phase: helm upgrade to $NEXT_IMAGE under load"
+  kind_tests --exact "$UPGRADE_TEST"
+  rc=$?
+fi
 set -e
-grep -q '^test result: ok' "$STATE/test.log" || rc=1
+[ "$(grep -c '^test result: ok' "$STATE/test.log")" -ge 1 ] && ! grep -q '^test result: FAILED' "$STATE/test.log" || rc=1
 log "tests took $(( $(date +%s) - t ))s; kind tier total $(( $(date +%s) - start ))s"
 exit "$rc"

@@ -809,3 +809,89 @@ fn a_dsa_decode_passes_the_handshake_and_turns_ready() {
     let pods = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role=decode"));
     assert!(pods.len() == 1 && is_ready(&pods[0]), "{pods:?}");
 }
+
+/// What a sampler saw of the decode pods during the operator upgrade: every instant one was not
+/// Ready, and each pod's engine restart count.
+fn decode_samples(ns: &str, name: &str) -> (Vec<String>, BTreeMap<String, u64>) {
+    let selector = format!("pd.inference.dev/deployment={name},pd.inference.dev/role=decode");
+    let (mut unready, mut restarts) = (Vec::new(), BTreeMap::new());
+    for p in pods(ns, &selector) {
+        let pod = p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        if !is_ready(&p) {
+            unready.push(format!("{pod}: {}", p["status"]["conditions"]));
+        }
+        let engine = p["status"]["containerStatuses"].as_array().into_iter().flatten().find(|c| c["name"] == "engine");
+        restarts.insert(pod, engine.and_then(|c| c["restartCount"].as_u64()).unwrap_or(0));
+    }
+    (unready, restarts)
+}
+
+/// The handshake sidecar's (spec image, status image, restart count) of `pod`.
+fn sidecar_of(p: &Value) -> (String, String, u64) {
+    let spec = p["spec"]["initContainers"].as_array().into_iter().flatten().find(|c| c["name"] == "handshake");
+    let status = p["status"]["initContainerStatuses"].as_array().into_iter().flatten().find(|c| c["name"] == "handshake");
+    let s = |v: Option<&Value>, k: &str| v.and_then(|v| v[k].as_str()).unwrap_or_default().to_owned();
+    (s(spec, "image"), s(status, "image"), status.and_then(|c| c["restartCount"].as_u64()).unwrap_or(0))
+}
+
+#[test]
+#[ignore = "needs the kind tier's upgrade phase: make e2e-kind"]
+/// `helm upgrade` of the operator to a changed image under load through the router: no engine
+/// container restarts, no request fails, no decode pod is unready at any sample, every decode
+/// pod's sidecar ends at the new image (restarted in place), and the PDDeployment takes a change
+/// afterwards. Runs alone, after the other kind tests (it replaces the operator they use).
+fn operator_upgrade_under_load_restarts_no_engine_and_moves_every_sidecar() {
+    let next = std::env::var("PD_KIND_NEXT_OPERATOR_IMAGE").expect("PD_KIND_NEXT_OPERATOR_IMAGE: the upgrade phase of make e2e-kind");
+    let ns = TestNamespace::new("kind-upgrade");
+    let name = "upgrade";
+    assert!(ns.apply(&traffic_pdd(name)).status.success());
+    wait_traffic_ready(&ns, name, 2);
+    let (unready, engines_before) = decode_samples(&ns.name, name);
+    assert!(unready.is_empty() && engines_before.len() == 4, "{unready:?} {engines_before:?}");
+    let target = format!("{name}-router:{}", pd_api::DEFAULT_ROUTER_PORT);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (ns_name, stop) = (ns.name.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut unready, mut samples) = (Vec::new(), 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                unready.extend(decode_samples(&ns_name, name).0);
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            (unready, samples)
+        })
+    };
+    let upgrade = {
+        let next = next.clone();
+        std::thread::spawn(move || {
+            // Under way once the load is.
+            std::thread::sleep(Duration::from_secs(15));
+            let (repo, tag) = next.rsplit_once(':').expect("an image reference with a tag");
+            let chart = repo_path("charts/pd-operator");
+            let (repo, tag) = (format!("image.repository={repo}"), format!("image.tag={tag}"));
+            let args = ["upgrade", "pd-operator", chart.to_str().unwrap(), "-n", &operator_namespace(), "--reuse-values"];
+            cluster().helm(&[&args[..], &["--set", &repo, "--set", &tag, "--wait", "--timeout", "5m"]].concat())
+        })
+    };
+    let report = bench_for(&ns, "load", &target, 150, 8);
+    let o = upgrade.join().expect("the upgrade thread");
+    assert!(o.status.success(), "helm upgrade: {}", text(&o));
+    let selector = format!("pd.inference.dev/deployment={name},pd.inference.dev/role=decode");
+    wait_for(WAIT, "every decode pod's sidecar restarted at the new image", || {
+        let ps = pods(&ns.name, &selector);
+        let moved = |(spec, status, restarts): &(String, String, u64)| spec == &next && status.ends_with(&next) && *restarts > 0;
+        let all: Vec<_> = ps.iter().map(sidecar_of).collect();
+        all.iter().all(moved).then_some(()).ok_or_else(|| format!("{all:?}"))
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (unready, samples) = sampler.join().expect("the sampler thread");
+    eprintln!("operator upgrade under load: {report}; {samples} samples of the decode pods");
+    assert_eq!(report["failed"], 0, "{report}");
+    assert!(unready.is_empty(), "decode pods unready during the upgrade ({} of {samples} samples): {unready:?}", unready.len());
+    assert_eq!(decode_samples(&ns.name, name).1, engines_before, "no engine container may restart");
+    // Created before the upgrade, it keeps taking changes.
+    let o = cluster().kubectl(&["patch", "pdd", name, "-n", &ns.name, "--type=merge", "-p", r#"{"spec":{"decode":{"replicas":3}}}"#]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_traffic_ready(&ns, name, 3);
+}
