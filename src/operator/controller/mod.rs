@@ -4,6 +4,7 @@ mod cache;
 mod children;
 pub mod leader;
 pub mod metrics;
+mod planner;
 mod reconcile;
 mod scale;
 pub mod watchdog;
