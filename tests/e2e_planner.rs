@@ -64,7 +64,8 @@ fn start_prometheus(ns: &str, pdd: &str, e: &Engines) -> (Background, u16, tempf
              - {{target_label: role, replacement: {role}}}\n  - {{target_label: pd_instance, replacement: '0'}}\n"
         )
     };
-    let config = format!("global: {{scrape_interval: 1s}}\nscrape_configs:\n{}{}", job("prefill", e.prefill_http), job("decode", e.decode_http));
+    let config =
+        format!("global: {{scrape_interval: 1s}}\nscrape_configs:\n{}{}", job("prefill", e.prefill_http), job("decode", e.decode_http));
     std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
     let port = free_port();
     let prom = Background::spawn(
@@ -87,8 +88,26 @@ fn load(e: &Engines, seconds: u32) -> Background {
     Background::sim(
         "planner-load",
         &[
-            "bench", "--target", &target, "--prefill", &prefill, "--bootstrap", &bootstrap, "--model", "sim-model", "--concurrency", "8",
-            "--requests", "100000", "--seconds", &seconds.to_string(), "--max-tokens", "8", "--prompt-bytes", "2000", "--stream",
+            "bench",
+            "--target",
+            &target,
+            "--prefill",
+            &prefill,
+            "--bootstrap",
+            &bootstrap,
+            "--model",
+            "sim-model",
+            "--concurrency",
+            "8",
+            "--requests",
+            "100000",
+            "--seconds",
+            &seconds.to_string(),
+            "--max-tokens",
+            "8",
+            "--prompt-bytes",
+            "2000",
+            "--stream",
         ],
     )
 }
@@ -117,7 +136,13 @@ fn events(ns: &TestNamespace, reason: &str) -> Vec<String> {
 /// Prefill instances with pods on the control plane.
 fn prefill_instances(ns: &TestNamespace) -> Result<usize, String> {
     let o = cluster().kubectl(&[
-        "get", "pods", "-n", &ns.name, "-l", "pd.inference.dev/deployment=plan,pd.inference.dev/role=prefill", "-o",
+        "get",
+        "pods",
+        "-n",
+        &ns.name,
+        "-l",
+        "pd.inference.dev/deployment=plan,pd.inference.dev/role=prefill",
+        "-o",
         "jsonpath={range .items[*]}{.metadata.labels.pd\\.inference\\.dev/instance}{\"\\n\"}{end}",
     ]);
     if !o.status.success() {
@@ -134,11 +159,13 @@ fn the_planner_reads_sglangs_metrics_from_prometheus_recommends_then_scales_pref
     // First with a metrics source that does not answer: no change, and the status says why.
     let dead = format!("http://127.0.0.1:{}", free_port());
     assert!(ns.apply(&manifest("Auto", &dead)).status.success());
+    wait_for(WAIT, "1 prefill instance", || (prefill_instances(&ns)? == 1).then_some(()).ok_or_else(|| "not yet".to_owned()));
     wait_for(WAIT, "MetricsUnavailable in status.autoscaling, with an Event", || {
         let a = autoscaling(&ns)?;
         let ok = a["reason"] == "MetricsUnavailable" && a["message"].as_str().is_some_and(|m| m.contains("never scales on missing data"));
         (ok && !events(&ns, "MetricsUnavailable").is_empty()).then_some(()).ok_or_else(|| a.to_string())
     });
+    std::thread::sleep(Duration::from_secs(5));
     assert_eq!(prefill_instances(&ns).unwrap(), 1, "no change on missing data");
 
     let (_prom, port, _dir) = start_prometheus(&ns.name, "plan", &engines);
@@ -174,7 +201,10 @@ fn the_planner_reads_sglangs_metrics_from_prometheus_recommends_then_scales_pref
     wait_for(WAIT, "prefill held at spec.scaling.prefill.maxReplicas", || {
         let a = autoscaling(&ns)?;
         let p = &a["prefill"];
-        let ok = p["current"] == 2 && p["recommended"] == 2 && p["reason"].as_str().is_some_and(|r| r.contains("maxReplicas"));
+        let ok = p["current"] == 2
+            && p["recommended"] == 2
+            && p["reason"].as_str().is_some_and(|r| r.contains("maxReplicas"))
+            && a["decode"]["observed"]["itlP90Seconds"].as_f64().is_some();
         ok.then_some(()).ok_or_else(|| a.to_string())
     });
     assert_eq!(prefill_instances(&ns).unwrap(), 2);

@@ -57,8 +57,9 @@ impl Figure {
 /// sees, so its TTFT is the client's (prefill's own TTFT stops at its one token).
 pub fn query(figure: Figure, role: Role, ns: &str, name: &str, window_seconds: u32) -> String {
     let select = |r: &str| format!("{LABEL_NAMESPACE}=\"{ns}\",{LABEL_DEPLOYMENT}=\"{name}\",{LABEL_ROLE}=\"{r}\"");
-    let quantile =
-        |metric: &str| format!("histogram_quantile({QUANTILE}, sum by (le) (rate({metric}_bucket{{{}}}[{window_seconds}s])))", select("decode"));
+    let quantile = |metric: &str| {
+        format!("histogram_quantile({QUANTILE}, sum by (le) (rate({metric}_bucket{{{}}}[{window_seconds}s])))", select("decode"))
+    };
     match figure {
         Figure::TtftP90 => quantile(TTFT),
         Figure::ItlP90 => quantile(ITL),
@@ -106,8 +107,14 @@ mod tests {
             q,
             "histogram_quantile(0.9, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{namespace=\"ns\",pdd=\"x\",role=\"decode\"}[60s])))"
         );
-        assert_eq!(query(Figure::KvUsage, Role::Decode, "ns", "x", 60), "avg(sglang:token_usage{namespace=\"ns\",pdd=\"x\",role=\"decode\"})");
-        assert_eq!(query(Figure::Queued, Role::Prefill, "ns", "x", 60), "sum(sglang:num_queue_reqs{namespace=\"ns\",pdd=\"x\",role=\"prefill\"})");
+        assert_eq!(
+            query(Figure::KvUsage, Role::Decode, "ns", "x", 60),
+            "avg(sglang:token_usage{namespace=\"ns\",pdd=\"x\",role=\"decode\"})"
+        );
+        assert_eq!(
+            query(Figure::Queued, Role::Prefill, "ns", "x", 60),
+            "sum(sglang:num_queue_reqs{namespace=\"ns\",pdd=\"x\",role=\"prefill\"})"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use pd_api::{AutoscalingSpec, AutoscalingStatus, Observed, PDDeployment, PDRole, Role, RoleRecommendation};
-use pd_core::planner::promql::{self, Figure};
+use pd_core::planner::promql;
 use pd_core::planner::{self, Direction, Recommendation, RoleInput};
 use pd_core::scaling::{Scaled, Source};
 use pd_runtime::prometheus::{Prometheus, PrometheusError};
