@@ -215,3 +215,33 @@ async fn write(ctx: &Context, ns: &str, name: &str, status: &AutoscalingStatus) 
     api.patch_status(name, &PatchParams::apply(planner::FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_keeps_each_roles_last_scale_unless_it_moved_it_and_carries_the_window() {
+        let auto: AutoscalingSpec =
+            serde_norway::from_str("mode: Auto\nprometheus: {url: 'http://p'}\nslo: {ttftP90Seconds: 1}\n").unwrap();
+        let spec: pd_api::PDDeploymentSpec =
+            serde_norway::from_str("model: {path: Qwen/Qwen3-8B}\nprefill: {replicas: 1}\ndecode: {replicas: 2}\n").unwrap();
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let hot =
+            RoleInput { current: 1, observed: Observed { ttft_p90_seconds: Some(3.0), ..Observed::default() }, ..RoleInput::default() };
+        let idle = RoleInput { current: 2, observed: Observed { kv_usage: Some(0.0), ..Observed::default() }, ..RoleInput::default() };
+        let plan = planner::plan(&spec, &auto, (&hot, &idle), now);
+        let before = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let previous = AutoscalingStatus {
+            decode: RoleRecommendation { last_scale_time: Some(time(before)), ..RoleRecommendation::default() },
+            ..AutoscalingStatus::default()
+        };
+        let s = status_of(&plan, (&hot, &idle), &previous, &[Role::Prefill], now);
+        assert_eq!((s.prefill.current, s.prefill.recommended, s.reason.as_str()), (1, 2, SCALED));
+        assert_eq!(s.prefill.last_scale_time, Some(time(now)));
+        assert_eq!(s.decode.last_scale_time, Some(time(before)), "decode was not moved");
+        assert_eq!(s.decode.low_since, Some(time(now)), "decode's low load starts its window");
+        assert_eq!(s.prefill.observed.ttft_p90_seconds, Some(3.0));
+        assert!(s.message.starts_with("prefill 1 → 2: up"), "{}", s.message);
+    }
+}
