@@ -209,4 +209,15 @@ fn the_planner_reads_sglangs_metrics_from_prometheus_recommends_then_scales_pref
     });
     assert_eq!(prefill_instances(&ns).unwrap(), 2);
     assert_eq!(ns.get_json("pdrole", "plan-decode").unwrap()["spec"]["replicas"], 1, "decode untouched");
+
+    // kubectl takes the prefill count: the planner leaves it to kubectl and says so.
+    let o = cluster().kubectl(&["scale", "-n", &ns.name, "pdrole/plan-prefill", "--replicas", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for(WAIT, "the planner Held, naming kubectl, and prefill at kubectl's 1", || {
+        let a = autoscaling(&ns)?;
+        let ok = a["reason"] == "Held" && a["message"].as_str().is_some_and(|m| m.contains("prefill: its count is owned by kubectl"));
+        (ok && prefill_instances(&ns)? == 1).then_some(()).ok_or_else(|| a.to_string())
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(ns.get_json("pdrole", "plan-prefill").unwrap()["spec"]["replicas"], 1, "the planner did not take the count back");
 }
