@@ -221,3 +221,18 @@ fn the_planner_reads_sglangs_metrics_from_prometheus_recommends_then_scales_pref
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(ns.get_json("pdrole", "plan-prefill").unwrap()["spec"]["replicas"], 1, "the planner did not take the count back");
 }
+
+#[test]
+fn the_apiserver_refuses_crossed_kv_thresholds_and_a_non_http_prometheus_naming_the_field() {
+    let ns = TestNamespace::new("plannercel");
+    let crossed =
+        manifest("Recommend", "http://prom:9090").replace("    intervalSeconds: 2\n", "    load: {kvUsageHigh: 0.5, kvUsageLow: 0.9}\n");
+    let o = ns.apply(&crossed);
+    assert!(!o.status.success(), "crossed thresholds accepted");
+    assert!(text(&o).contains("spec.autoscaling.load.kvUsageLow must be below kvUsageHigh"), "{}", text(&o));
+    let o = ns.apply(&manifest("Recommend", "https://prom:9090"));
+    assert!(!o.status.success(), "https accepted");
+    assert!(text(&o).contains("spec.autoscaling.prometheus.url"), "{}", text(&o));
+    let o = ns.apply(&manifest("Sometimes", "http://prom:9090"));
+    assert!(text(&o).contains("spec.autoscaling.mode"), "{}", text(&o));
+}
