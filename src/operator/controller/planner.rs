@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use pd_api::{AutoscalingSpec, AutoscalingStatus, Observed, PDDeployment, PDRole, Role, RoleRecommendation};
 use pd_core::planner::promql;
@@ -45,7 +45,8 @@ pub(super) async fn pass(ctx: &Context, pdd: &PDDeployment, owner: (&str, &str),
             return Some(Duration::try_from(left).unwrap_or(interval));
         }
     }
-    if let Err(e) = run(ctx, pdd, owner, scaled, (auto, previous, now)).await {
+    let span = info_span!("planner", mode = ?auto.mode, prometheus = %auto.prometheus.url);
+    if let Err(e) = run(ctx, pdd, owner, scaled, (auto, previous, now)).instrument(span).await {
         warn!(error = %e, "planner pass failed");
     }
     Some(interval)
