@@ -14,7 +14,11 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod autoscaling;
 mod scaling;
+pub use autoscaling::{
+    AutoscalingMode, AutoscalingSpec, AutoscalingStatus, LoadThresholds, Observed, PrometheusSource, RoleRecommendation, SloTargets,
+};
 pub use scaling::{PDRole, PDRoleSpec, PDRoleStatus, RatioBand, RoleLimits, RoleName, ScalingSpec, role_object_name};
 
 pub const GROUP: &str = "pd.inference.dev";
@@ -92,6 +96,9 @@ pub struct PDDeploymentSpec {
     /// `PDRole` (`<name>-prefill`, `<name>-decode`).
     #[serde(default)]
     pub scaling: ScalingSpec,
+    /// The planner: each role's count from SGLang's metrics (see docs/scaling.md). Unset: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingSpec>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -964,6 +971,10 @@ pub struct PDDeploymentStatus {
     /// verdict is kept here, by key, so a scale or a re-apply does not run it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_verification: Option<EngineVerification>,
+    /// The planner's last pass (`spec.autoscaling`): each role's recommendation, its reasons and
+    /// the metrics it read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }
 
 /// One engine dry run and its verdict.

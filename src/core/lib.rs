@@ -11,6 +11,7 @@ pub mod manifest;
 pub mod model;
 pub mod offline;
 pub mod plan;
+pub mod planner;
 pub mod release;
 pub mod render;
 pub mod resolve;

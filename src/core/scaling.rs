@@ -211,7 +211,8 @@ pub fn scale(spec: &PDDeploymentSpec, asked: &Asked) -> Scaled {
             let to = (to.max(1.0).min(f64::from(u32::MAX)) as u32).clamp(min_of(bounds), max_of(bounds));
             let asked = if role == Role::Prefill { asks.0.clone() } else { asks.1.clone() };
             limited.retain(|l| l.role != role);
-            if to != asked.count {
+            // Reported also when the role's bounds keep it at its ask outside the band.
+            if to != asked.count || f64::from(to) < lo || f64::from(to) > hi {
                 limited.push(Limited { role, asked, target: to, bound, other });
             }
             *moved = to;
@@ -415,6 +416,17 @@ mod tests {
         let scaled = scale(&s, &Asked::default());
         assert_eq!((scaled.prefill, scaled.decode), (4, 2));
         assert_eq!(scaled.limited(Role::Decode).unwrap().bound, Bound::RatioMin);
+    }
+
+    #[test]
+    fn a_band_the_role_bounds_keep_a_count_out_of_is_reported_even_at_the_ask() {
+        // 10 prefill need 5 decode under a 0.45 band; decode may run at most 4 and was asked 4.
+        let mut s = spec(10, (1, 1));
+        s.scaling.ratio = Some(RatioBand { min: 0.45, max: 0.45 });
+        s.scaling.decode.max_replicas = Some(4);
+        let scaled = scale(&s, &Asked { decode: by("kubectl", 4), prefill: by("hpa", 10) });
+        assert_eq!((scaled.prefill, scaled.decode), (10, 4));
+        assert_eq!(scaled.limited(Role::Decode).map(|l| l.bound), Some(Bound::RatioMin));
     }
 
     #[test]

@@ -285,6 +285,9 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         kv_set: inputs.kv_set.clone(),
         page_size: inputs.page_size.filter(|_| valid),
         engine_verification: inputs.engine_verification.clone(),
+        // The planner writes status.autoscaling under its own field manager (pd_core::planner):
+        // this apply never owns it, so leaves it alone.
+        autoscaling: None,
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod http_client;
 pub mod kube_client;
 pub mod probe;
+pub mod prometheus;
 pub mod shutdown;
 pub mod telemetry;
 pub mod verdict_args;

@@ -4,6 +4,7 @@ mod cache;
 mod children;
 pub mod leader;
 pub mod metrics;
+mod planner;
 mod reconcile;
 mod scale;
 pub mod watchdog;
@@ -270,7 +271,9 @@ impl Context {
     /// The newest status this process knows for a PDDeployment: its own last write, else the cache's.
     fn known_status(&self, key: &str, pdd: &PDDeployment) -> Option<pd_api::PDDeploymentStatus> {
         let written = self.status_written.lock().unwrap_or_else(|p| p.into_inner());
-        written.get(key).map(|(_, s)| s.clone()).or_else(|| pdd.status.clone())
+        // status.autoscaling is the planner's (its own field manager), never in what this writes.
+        let cached = pdd.status.clone().map(|s| pd_api::PDDeploymentStatus { autoscaling: None, ..s });
+        written.get(key).map(|(_, s)| s.clone()).or(cached)
     }
 
     /// Whether pod `ns/name` was created by this process within the expectation TTL (and is

@@ -20,7 +20,7 @@ use pd_core::sets::{self, Decision};
 use pd_core::sidecar;
 use pd_core::status;
 
-use super::{Context, Error, model_config, scale, status_delay, write_status};
+use super::{Context, Error, model_config, planner, scale, status_delay, write_status};
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
 use pd_core::model::ModelFacts;
@@ -56,6 +56,8 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if !problems.is_empty() {
             return Pass::observe(&ctx, pdd, ns, name, uid).await?.report_invalid(problems).await;
         }
+        // The planner (spec.autoscaling), when a pass is due: it moves counts through the PDRoles.
+        let next_plan = planner::pass(&ctx, pdd, (&ns, &name), &scaled).await;
         let pdd = &effective;
         let pass = Pass::observe(&ctx, pdd, ns, name, uid).await?;
         let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render)?;
@@ -71,6 +73,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         let gate = pass.engine_gate(&rendered, &plan).await?;
         let outcome =
             if gate.open { pass.apply_plan(&plan).await? } else { Outcome { requeue: gate.requeue.unwrap_or(ctx.resync), degraded: None } };
+        let outcome = Outcome { requeue: next_plan.map_or(outcome.requeue, |next| outcome.requeue.min(next)), ..outcome };
         pass.report(router_ready, outcome, (sets, &intent, &scaled), rendered.page_size, gate.verification).await
     }
     .instrument(span)
