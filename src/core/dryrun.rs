@@ -468,8 +468,7 @@ spec:
         let spec = run.pod.spec.as_ref().unwrap();
         let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "model-config").unwrap();
         assert_eq!(volume.config_map.as_ref().unwrap().name, crate::hub::config_map_name(p.metadata.name.as_deref().unwrap()));
-        let input: serde_json::Value =
-            serde_json::from_str(spec.containers[0].env.as_ref().unwrap()[0].value.as_ref().unwrap()).unwrap();
+        let input: serde_json::Value = serde_json::from_str(spec.containers[0].env.as_ref().unwrap()[0].value.as_ref().unwrap()).unwrap();
         assert_eq!(input["modelConfigDir"], MODEL_DIR);
     }
 

@@ -39,11 +39,17 @@ pub struct HubRequest {
 /// Why a source's config.json is not known; each names the file, the URL and the HTTP status.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum HubError {
-    #[error("GET {url}: HTTP 404: the Hub has no {CONFIG_FILE} for {repo} at that revision (fix: check spec.model.source.huggingFace.repo and revision)")]
+    #[error(
+        "GET {url}: HTTP 404: the Hub has no {CONFIG_FILE} for {repo} at that revision (fix: check spec.model.source.huggingFace.repo and revision)"
+    )]
     NotFound { repo: String, url: String },
-    #[error("GET {url}: HTTP {status}: {repo} is gated, private or absent, and no token was sent (fix: set spec.model.source.huggingFace.tokenSecretRef to a Secret holding a Hub token with access)")]
+    #[error(
+        "GET {url}: HTTP {status}: {repo} is gated, private or absent, and no token was sent (fix: set spec.model.source.huggingFace.tokenSecretRef to a Secret holding a Hub token with access)"
+    )]
     NoToken { repo: String, url: String, status: u16 },
-    #[error("GET {url}: HTTP {status}: the Hub refused the token of Secret {secret} key {key} for {repo} (fix: give that token access to the repository)")]
+    #[error(
+        "GET {url}: HTTP {status}: the Hub refused the token of Secret {secret} key {key} for {repo} (fix: give that token access to the repository)"
+    )]
     TokenRefused { repo: String, url: String, status: u16, secret: String, key: String },
     #[error("GET {url}: HTTP {status} for {CONFIG_FILE} of {repo}")]
     Status { repo: String, url: String, status: u16 },
@@ -105,7 +111,11 @@ pub fn read_answer(req: &HubRequest, status: u16, body: &[u8]) -> Result<(String
     let (repo, url) = (req.repo.clone(), req.url.clone());
     match status {
         200 => {
-            let text = String::from_utf8(body.to_vec()).map_err(|e| HubError::Invalid { repo: repo.clone(), url: url.clone(), message: e.to_string() })?;
+            let text = String::from_utf8(body.to_vec()).map_err(|e| HubError::Invalid {
+                repo: repo.clone(),
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
             let config = HfConfig::parse(&text).map_err(|e| HubError::Invalid { repo, url, message: e.to_string() })?;
             Ok((text, config))
         }
@@ -126,7 +136,10 @@ pub fn config_map_name(name: &str) -> String {
 /// The ConfigMap the rules and the engine dry run read the model's config.json from: the
 /// spec's `configMapRef`, else the one the operator keeps for a Hub source.
 pub fn config_ref(name: &str, model: &ModelSpec) -> Option<ConfigMapKeyRef> {
-    model.config_map_ref.clone().or_else(|| request(model).map(|_| ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }))
+    model
+        .config_map_ref
+        .clone()
+        .or_else(|| request(model).map(|_| ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }))
 }
 
 /// The ConfigMap keeping `text`, read from `url`, owned by the PDDeployment.
@@ -160,9 +173,8 @@ pub struct Resolution {
 }
 
 impl Resolution {
-    pub fn read(req: &HubRequest, kept: bool) -> Self {
-        let how = if kept { "kept from" } else { "read from" };
-        let message = format!("{CONFIG_FILE} of {} {how} {} (ConfigMap holds it)", req.repo, req.url);
+    pub fn read(req: &HubRequest, config_map: &str) -> Self {
+        let message = format!("{CONFIG_FILE} of {} read from {}, kept in ConfigMap {config_map}", req.repo, req.url);
         Self { resolved: true, reason: "Resolved".into(), message }
     }
 
@@ -204,7 +216,8 @@ mod tests {
     #[test]
     fn each_answer_names_the_url_and_status_and_says_how_to_fix_it() {
         let mut r = request(&model(serde_json::json!({"repo": "acme/ft", "endpoint": "http://hub"}))).unwrap();
-        let qwen = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/parity/configs/Qwen3ForCausalLM.json")).unwrap();
+        let qwen =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/parity/configs/Qwen3ForCausalLM.json")).unwrap();
         let (text, config) = read_answer(&r, 200, qwen.as_bytes()).unwrap();
         assert_eq!((text, config.architectures), (qwen, vec!["Qwen3ForCausalLM".to_owned()]));
         let e = read_answer(&r, 404, b"").unwrap_err();
@@ -213,7 +226,9 @@ mod tests {
             "GET http://hub/acme/ft/resolve/main/config.json: HTTP 404: the Hub has no config.json for acme/ft at that revision (fix: check spec.model.source.huggingFace.repo and revision)"
         );
         assert_eq!((e.reason(), e.retry_after()), ("ConfigNotFound", Duration::from_secs(60)));
-        assert!(read_answer(&r, 401, b"").unwrap_err().to_string().contains("HTTP 401: acme/ft is gated, private or absent, and no token was sent (fix: set spec.model.source.huggingFace.tokenSecretRef"));
+        assert!(read_answer(&r, 401, b"").unwrap_err().to_string().contains(
+            "HTTP 401: acme/ft is gated, private or absent, and no token was sent (fix: set spec.model.source.huggingFace.tokenSecretRef"
+        ));
         r.token = Some(SecretKeyRef { name: "hf".into(), key: "token".into() });
         let e = read_answer(&r, 403, b"").unwrap_err();
         assert!(e.to_string().contains("HTTP 403: the Hub refused the token of Secret hf key token"), "{e}");
@@ -225,10 +240,11 @@ mod tests {
 
     #[test]
     fn the_kept_config_map_serves_only_the_url_it_was_read_from() {
-        let pdd: PDDeployment = serde_json::from_value(serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment",
+        let pdd: PDDeployment =
+            serde_json::from_value(serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment",
             "metadata": {"name": "m", "namespace": "ns", "uid": "u"},
             "spec": {"model": {"path": "acme/ft", "source": {"huggingFace": {"repo": "acme/ft"}}}, "prefill": {}, "decode": {}}}))
-        .unwrap();
+            .unwrap();
         let r = request(&pdd.spec.model).unwrap();
         let cm = config_map(&pdd, &r.url, r#"{"architectures": ["Qwen3ForCausalLM"]}"#);
         assert_eq!(cm.metadata.name.as_deref(), Some("m-model-config"));

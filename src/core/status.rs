@@ -234,7 +234,9 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     }
     conditions.push(match &inputs.validation {
         // The rules are not run on a guess: the spec is neither valid nor invalid yet.
-        _ if waiting => cond(VALIDATED, None, "ModelConfigUnresolved", "waiting for the model's config.json (see ModelConfigResolved)".into()),
+        _ if waiting => {
+            cond(VALIDATED, None, "ModelConfigUnresolved", "waiting for the model's config.json (see ModelConfigResolved)".into())
+        }
         Ok(()) => {
             let release = crate::release::release_of(&inputs.pdd.spec);
             cond(VALIDATED, Some(true), "Valid", format!("the spec passes every SGLang {release} rule pd-operator knows"))
@@ -333,7 +335,12 @@ fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount)
         o.instance as i32 >= replicas
     });
     if unresolved(inputs) {
-        return cond(PROGRESSING, Some(false), "ModelConfigUnresolved", "no engine pod is created until the model's config.json is read".into());
+        return cond(
+            PROGRESSING,
+            Some(false),
+            "ModelConfigUnresolved",
+            "no engine pod is created until the model's config.json is read".into(),
+        );
     }
     if !valid {
         return cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into());
