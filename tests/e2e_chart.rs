@@ -35,6 +35,8 @@ fn the_charts_cluster_role_grants_every_child_kind_what_the_controller_does_with
             assert!(grants(group, plural, verb), "the chart's ClusterRole does not grant {verb} on {plural} ({group:?})");
         }
     }
+    // The Hub token a model source names, read by name only.
+    assert!(grants("", "secrets", "get") && !grants("", "secrets", "list"), "{rules:?}");
 }
 
 #[test]

@@ -1111,3 +1111,49 @@ fn an_hpa_scales_one_role_through_its_pdrole() {
     assert!(ns.apply(&spec.replace("prefill: {replicas: 1", "prefill: {replicas: 2")).status.success());
     wait_counts(&ns, (2, 3), "prefill from the manifest, decode from the HPA");
 }
+
+/// A Hub source's config.json is read with the token from its Secret, kept in an owned
+/// ConfigMap and judged on; a repository the Hub does not hold, or a gated one without a token,
+/// is reported with the URL and the HTTP status, and no engine pod (nor dry run) is created.
+#[test]
+fn a_hub_sources_config_json_is_read_kept_and_gates_the_engine_pods() {
+    use common::hub::{GATED_TOKEN, HubStandIn, fixtures, spec};
+    let ns = TestNamespace::new("hubcfg");
+    let hub = HubStandIn::start(fixtures());
+    let _ctl = ControllerProcess::start(&ns.name);
+    let o = cluster().kubectl(&["create", "secret", "generic", "hf", "-n", &ns.name, &format!("--from-literal=token={GATED_TOKEN}")]);
+    assert!(o.status.success(), "{}", text(&o));
+    for (name, repo, more) in
+        [("mla", "acme/dsv3-gated", "tokenSecretRef: {name: hf}"), ("missing", "acme/no-such-model", ""), ("nokey", "acme/dsv3-gated", "")]
+    {
+        let o = ns.apply(&spec(name, &hub.endpoint, repo, more, "{tp: 8, dcp: 2}"));
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    }
+    let url = |repo: &str| format!("{}/{repo}/resolve/main/config.json", hub.endpoint);
+    wait_condition(&ns, "mla", "ModelConfigResolved", "True");
+    let (_, reason, message) = condition(&ns, "mla", "ModelConfigResolved").unwrap();
+    assert_eq!(reason, "Resolved");
+    assert!(message.contains(&url("acme/dsv3-gated")) && message.contains("kept in ConfigMap mla-model-config"), "{message}");
+    let cm = ns.get_json("configmap", "mla-model-config").unwrap();
+    let fixture = std::fs::read_to_string(repo_path("tests/parity/configs/DeepseekV3ForCausalLM.json")).unwrap();
+    assert_eq!(cm["data"]["config.json"], Value::from(fixture));
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["name"], "mla");
+    assert_eq!(cm["metadata"]["annotations"]["pd.inference.dev/model-config-url"], Value::from(url("acme/dsv3-gated")));
+    wait_condition(&ns, "mla", "Validated", "True");
+    wait_for(WAIT, "mla's engine pods", || pods(&ns, "mla").and_then(|p| (p.len() == 2).then_some(()).ok_or(format!("{} pods", p.len()))));
+    for (name, reason, status) in [("missing", "ConfigNotFound", "HTTP 404"), ("nokey", "Unauthorized", "HTTP 401")] {
+        wait_condition(&ns, name, "ModelConfigResolved", "False");
+        let (_, got, message) = condition(&ns, name, "ModelConfigResolved").unwrap();
+        assert_eq!(got, reason, "{message}");
+        let repo = if name == "missing" { "acme/no-such-model" } else { "acme/dsv3-gated" };
+        assert!(message.contains(&format!("GET {}: {status}", url(repo))), "{message}");
+        assert_eq!(condition(&ns, name, "Validated").unwrap().0, "Unknown");
+    }
+    // Nothing runs for what could not be judged: no engine pod, no dry-run pod.
+    for name in ["missing", "nokey"] {
+        assert_eq!(names(&ns, "pods", &format!("pd.inference.dev/deployment={name}")).unwrap(), BTreeSet::new(), "{name}");
+    }
+    // Read once per URL: later passes judge on the kept ConfigMap.
+    let reads = hub.requests().iter().filter(|r| r.contains("dsv3-gated") && r.ends_with(" 200")).count();
+    assert!((1..=2).contains(&reads), "{:?}", hub.requests());
+}

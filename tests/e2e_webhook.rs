@@ -243,3 +243,31 @@ fn two_replicas_started_together_agree_on_one_ca_every_time() {
         assert_eq!(logs.matches("generated a new webhook CA").count(), 1, "round {round}: exactly one replica mints the CA:\n{logs}");
     }
 }
+
+/// A Hub source's own config.json decides at admission: the seed's GQA + `dcp: 2` mistake is
+/// refused for a fine-tune the catalogue does not know, its MLA twin is admitted, and a Hub that
+/// cannot be reached is a warning (the controller's gate holds).
+#[test]
+fn a_hub_sources_config_json_decides_admission_and_an_unreachable_hub_is_a_warning() {
+    use common::hub::{HubStandIn, fixtures, spec};
+    let ns = TestNamespace::new("wh-hub");
+    let hub = HubStandIn::start(fixtures());
+    let (_reg, _ctl, _) = start(&ns);
+    let err = denied(
+        &ns,
+        &spec("gqa", &hub.endpoint, "acme/qwen3-ft", "", "{tp: 8, dcp: 2}"),
+        "PD decode DCP requires an MLA or hybrid-MLA KV pool.",
+    );
+    assert!(err.contains("spec.decode.parallelism.dcp"), "{err}");
+    assert!(hub.requests().contains(&"GET /acme/qwen3-ft/resolve/main/config.json 200".to_owned()), "{:?}", hub.requests());
+    assert!(ns.get_json("pdd", "gqa").is_err(), "nothing stored");
+    let o = ns.apply(&spec("mla", &hub.endpoint, "acme/dsv3-ft", "", "{tp: 8, dcp: 2}"));
+    assert!(o.status.success(), "{}", text(&o));
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let o = ns.apply(&spec("far", &dead, "acme/dsv3-ft", "", "{tp: 8}"));
+    assert!(o.status.success(), "{}", text(&o));
+    let warning =
+        format!("Warning: spec.model.source.huggingFace: GET {dead}/acme/dsv3-ft/resolve/main/config.json: the Hub could not be reached");
+    assert!(text(&o).contains(&warning), "{}", text(&o));
+    assert!(text(&o).contains("the controller creates no engine pod until it reads it"), "{}", text(&o));
+}

@@ -136,7 +136,9 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
     if processes.is_empty() {
         return Ok(None);
     }
-    let config = spec.model.config_map_ref.as_ref();
+    // The spec's configMapRef, or the config.json the operator keeps for a Hub source.
+    let config = crate::hub::config_ref(name, &spec.model);
+    let config = config.as_ref();
     let input = Input { model_config_dir: config.map(|_| MODEL_DIR.to_owned()), processes };
     let input_json = serde_json::to_string(&input).map_err(|e| DryRunError::Serialize(e.to_string()))?;
     let image = render::engine_image(spec, opts);
@@ -457,6 +459,17 @@ spec:
         assert!(mounts.iter().any(|m| m.mount_path == render::model_source::MODEL_MOUNT && m.read_only == Some(true)));
         let other = pdd(&SPEC.replace("configMapRef: {name: qwen-config}", "source: {pvc: {claimName: other, path: qwen3}}"));
         assert_ne!(run.key, run_of(&other).unwrap().key, "other weights, another verdict");
+    }
+
+    #[test]
+    fn a_hub_source_is_judged_on_the_config_json_the_operator_keeps() {
+        let p = pdd(&SPEC.replace("configMapRef: {name: qwen-config}", "source: {huggingFace: {repo: Qwen/Qwen3-8B}}"));
+        let run = run_of(&p).unwrap();
+        let spec = run.pod.spec.as_ref().unwrap();
+        let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "model-config").unwrap();
+        assert_eq!(volume.config_map.as_ref().unwrap().name, crate::hub::config_map_name(p.metadata.name.as_deref().unwrap()));
+        let input: serde_json::Value = serde_json::from_str(spec.containers[0].env.as_ref().unwrap()[0].value.as_ref().unwrap()).unwrap();
+        assert_eq!(input["modelConfigDir"], MODEL_DIR);
     }
 
     #[test]

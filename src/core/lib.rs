@@ -7,6 +7,7 @@
 pub mod children;
 pub mod dryrun;
 pub mod handshake;
+pub mod hub;
 pub mod manifest;
 pub mod model;
 pub mod offline;

@@ -45,6 +45,8 @@ pub struct StatusInputs<'a> {
     pub scaling: Option<&'a crate::scaling::Scaled>,
     /// The engine dry run's verdict (or the one under way), `None` when none ran.
     pub engine_verification: Option<pd_api::EngineVerification>,
+    /// Whether a Hub source's config.json was read (`None` for specs without one).
+    pub model_config: Option<crate::hub::Resolution>,
     pub now: Time,
 }
 
@@ -225,8 +227,16 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let previous = inputs.previous.map(|s| s.conditions.clone()).unwrap_or_default();
     let (p, d) = (count(inputs, Role::Prefill), count(inputs, Role::Decode));
     let mut conditions = Vec::new();
-    let valid = inputs.validation.is_ok();
+    let waiting = unresolved(inputs);
+    let valid = inputs.validation.is_ok() && !waiting;
+    if let Some(m) = &inputs.model_config {
+        conditions.push(cond(crate::hub::CONDITION, Some(m.resolved), &m.reason, m.message.clone()));
+    }
     conditions.push(match &inputs.validation {
+        // The rules are not run on a guess: the spec is neither valid nor invalid yet.
+        _ if waiting => {
+            cond(VALIDATED, None, "ModelConfigUnresolved", "waiting for the model's config.json (see ModelConfigResolved)".into())
+        }
         Ok(()) => {
             let release = crate::release::release_of(&inputs.pdd.spec);
             cond(VALIDATED, Some(true), "Valid", format!("the spec passes every SGLang {release} rule pd-operator knows"))
@@ -249,7 +259,9 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     conditions.push(degraded(inputs, valid, &p, &d));
     let router_ok = inputs.router_ready.is_none_or(|r| r > 0);
     let all = valid && pa == Some(true) && da == Some(true) && ha == Some(true) && router_ok;
-    let not_ready_because = if !valid {
+    let not_ready_because = if waiting {
+        "ModelConfigUnresolved"
+    } else if !valid {
         "InvalidSpec"
     } else if pa != Some(true) {
         "PrefillUnavailable"
@@ -291,6 +303,11 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     }
 }
 
+/// A Hub source whose config.json is not read: nothing is judged or rolled out on a guess.
+fn unresolved(inputs: &StatusInputs) -> bool {
+    inputs.model_config.as_ref().is_some_and(|m| !m.resolved)
+}
+
 /// `EngineVerified`: the dry run's verdict. True: SGLang accepts every process; False: it
 /// refused one, or (under `Required`) gave no verdict; Unknown: under way, skipped or not run.
 fn engine_verified(inputs: &StatusInputs) -> Condition {
@@ -320,6 +337,14 @@ fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount)
         let replicas = if o.role == Role::Prefill { p.replicas } else { d.replicas };
         o.instance as i32 >= replicas
     });
+    if unresolved(inputs) {
+        return cond(
+            PROGRESSING,
+            Some(false),
+            "ModelConfigUnresolved",
+            "no engine pod is created until the model's config.json is read".into(),
+        );
+    }
     if !valid {
         return cond(PROGRESSING, Some(false), "InvalidSpec", "nothing is rolled out while the spec is invalid".into());
     }
@@ -361,6 +386,9 @@ fn degraded(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount) ->
             format!("no {} instance is ready: its partners have nobody to pair with until one is", role.as_str()),
         ),
         (Some(why), None) => cond(DEGRADED, Some(true), "InstanceRecreated", why.clone()),
+        (None, None) if unresolved(inputs) => {
+            cond(DEGRADED, Some(true), "ModelConfigUnresolved", "the model's config.json is not read; see ModelConfigResolved".into())
+        }
         (None, None) if !valid => cond(DEGRADED, Some(true), "InvalidSpec", "the spec is invalid; see the Validated condition".into()),
         (None, None) => cond(DEGRADED, Some(false), "AsExpected", "no instance is failing".into()),
     }
@@ -487,8 +515,30 @@ mod tests {
             kv_set: None,
             page_size: None,
             scaling: None,
+            model_config: None,
             now: Time(jiff::Timestamp::UNIX_EPOCH),
         }
+    }
+
+    #[test]
+    fn an_unread_model_config_leaves_the_spec_unjudged_and_nothing_rolled_out() {
+        let pdd = pdd();
+        let failed = crate::hub::Resolution { resolved: false, reason: "ConfigNotFound".into(), message: "GET u: HTTP 404".into() };
+        let status = compute(&StatusInputs {
+            validation: Err("GET u: HTTP 404".into()),
+            model_config: Some(failed),
+            ..one_pod_instances(&pdd, &[])
+        });
+        let c = |t: &str| status.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.clone(), c.reason.clone())).unwrap();
+        assert_eq!(c(crate::hub::CONDITION), ("False".into(), "ConfigNotFound".into()));
+        assert_eq!(c(VALIDATED), ("Unknown".into(), "ModelConfigUnresolved".into()));
+        assert_eq!(c(PROGRESSING), ("False".into(), "ModelConfigUnresolved".into()));
+        assert_eq!(c(READY), ("False".into(), "ModelConfigUnresolved".into()));
+        assert!(status.endpoints.is_none());
+        let read = crate::hub::Resolution { resolved: true, reason: "Resolved".into(), message: "read".into() };
+        let status = compute(&StatusInputs { model_config: Some(read), ..one_pod_instances(&pdd, &[]) });
+        let c = |t: &str| status.conditions.iter().find(|c| c.type_ == t).map(|c| c.status.clone()).unwrap();
+        assert_eq!((c(crate::hub::CONDITION), c(VALIDATED)), ("True".into(), "True".into()));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What `kubectl pd` reads from the cluster: one PDDeployment, its pods, the events about both,
-//! and the ConfigMap its `model.configMapRef` names. Nothing is written.
+//! and the ConfigMap its model's config.json is in (`model.configMapRef`, or the one the operator
+//! keeps for a Hub source). Nothing is written.
 
 use std::collections::BTreeSet;
 
@@ -72,7 +73,8 @@ pub async fn snapshot(name: &str, namespace: Option<&str>) -> Result<Snapshot, E
         .collect();
     events.sort_by_key(crate::view::event_time);
     // The model config only sharpens `explain`: a ConfigMap the user may not read is left out.
-    let model_config = match &pdd.spec.model.config_map_ref {
+    let name = pdd.metadata.name.clone().unwrap_or_default();
+    let model_config = match &pd_core::hub::config_ref(&name, &pdd.spec.model) {
         Some(r) => Api::<ConfigMap>::namespaced(client, &ns).get_opt(&r.name).await.ok().flatten(),
         None => None,
     };

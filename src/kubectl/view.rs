@@ -267,7 +267,8 @@ fn refusal(s: &Snapshot, bad: &[&Condition]) -> String {
         return String::new();
     }
     let pdd = &s.pdd;
-    let key = pdd.spec.model.config_map_ref.as_ref().map(|r| r.key.clone()).unwrap_or_default();
+    let name = pdd.metadata.name.as_deref().unwrap_or_default();
+    let key = pd_core::hub::config_ref(name, &pdd.spec.model).map(|r| r.key).unwrap_or_default();
     let config = s.model_config.as_ref().and_then(|cm| pd_core::model::HfConfig::from_config_map(cm, &key).ok());
     let facts = pd_core::model::resolve(&pdd.spec.model, config.as_ref());
     let findings = pd_core::validate::validate_with_facts(pdd.metadata.name.as_deref().unwrap_or_default(), &pdd.spec, &facts);

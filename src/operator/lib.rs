@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod controller;
 pub mod handshake;
+pub mod model_hub;
 pub mod webhook;

@@ -207,6 +207,9 @@ pub async fn run_engine(args: &[String], signal: ShutdownSignal) -> Result<(), S
         info!(flags = ?f.ignored, "flags the stand-in does not model are ignored");
     }
     let t = flags::resolve(&f)?;
+    if let Some(model) = super::model_dir::read(&f.model_path)? {
+        info!(path = %f.model_path, architecture = ?model.architecture, model_type = %model.model_type, files = ?model.files, "model directory read");
+    }
     let role = role_of(&f.mode)?;
     let geometry = flags::kv_geometry(&f)?;
     let decode = match role {

@@ -12,6 +12,7 @@ pub mod flags;
 pub mod kv;
 pub mod loadgen;
 pub mod metrics;
+pub mod model_dir;
 pub mod openai;
 pub mod pd;
 pub mod rooms;
@@ -24,6 +25,9 @@ use thiserror::Error;
 pub enum SimError {
     #[error("engine flags: {0}")]
     Flags(String),
+    /// The model directory as SGLang refuses it (`model_dir`), in its words.
+    #[error("{0}")]
+    Model(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
     #[error("server on {addr} failed: {source}")]

@@ -3,8 +3,10 @@
 //! One cluster per test binary: `PD_E2E_KUBECONFIG` when set (the `make test` cluster, a kind
 //! cluster, or a user's own), otherwise `hack/cluster.sh up` into a private state dir, stopped by a
 //! watchdog when the test process exits. Each test gets its own namespace, deleted at the end.
-//! Also the parity tier's cases (`parity`, and the `parity-cases` binary).
+//! Also the parity tier's cases (`parity`, and the `parity-cases` binary), and a stand-in
+//! Hugging Face Hub (`hub`).
 
+pub mod hub;
 pub mod parity;
 
 use std::path::{Path, PathBuf};

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -35,7 +35,6 @@ use cache::{Cache, cached};
 use children::ChildStores;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
-use pd_core::model::HfConfig;
 use pd_core::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions, SIDECAR_CONTAINER};
 use pd_core::{plan, sets, status};
 
@@ -313,17 +312,6 @@ impl Context {
         e.1 = Instant::now();
         e.0
     }
-}
-
-/// The model's config.json from `spec.model.configMapRef`: `Ok(Err(why))` when the reference
-/// is wrong (a finding for the user), `Err` when the API did not answer (retried).
-async fn model_config(client: &Client, pdd: &PDDeployment, ns: &str) -> Result<Result<Option<HfConfig>, String>, Error> {
-    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(Ok(None)) };
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let Some(cm) = api.get_opt(&r.name).await? else {
-        return Ok(Err(format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name)));
-    };
-    Ok(HfConfig::from_config_map(&cm, &r.key).map(Some))
 }
 
 /// How long a progress-only status change should wait before it is written; `None`: write now.

@@ -20,7 +20,7 @@ use pd_core::sets::{self, Decision};
 use pd_core::sidecar;
 use pd_core::status;
 
-use super::{Context, Error, model_config, planner, scale, status_delay, write_status};
+use super::{Context, Error, planner, scale, status_delay, write_status};
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
 use pd_core::model::ModelFacts;
@@ -28,6 +28,7 @@ use pd_core::render::{self, KvSets, Rendered};
 use pd_core::validate::{self, Severity};
 
 mod dryrun;
+mod model_config;
 
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let pdd = match &guard.0 {
@@ -47,19 +48,19 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if pdd.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
-        let (facts, problems) = read_and_validate(&ctx, pdd, &ns, &name).await?;
+        let (facts, problems, model) = read_and_validate(&ctx, pdd, &ns, &name).await?;
         // Each role's count: the PDDeployment's or its PDRole's ask, within spec.scaling. From
         // here on the PDDeployment is read with those counts (`effective`).
         ctx.stores.ready().await?;
         let scaled = scaling::scale(&pdd.spec, &scale::asked(&ctx, (&ns, &name, &uid)));
         let effective = PDDeployment { spec: scaled.apply_to(&pdd.spec), ..pdd.clone() };
         if !problems.is_empty() {
-            return Pass::observe(&ctx, pdd, ns, name, uid).await?.report_invalid(problems).await;
+            return Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model).report_invalid(problems).await;
         }
         // The planner (spec.autoscaling), when a pass is due: it moves counts through the PDRoles.
         let next_plan = planner::pass(&ctx, pdd, (&ns, &name), &scaled).await;
         let pdd = &effective;
-        let pass = Pass::observe(&ctx, pdd, ns, name, uid).await?;
+        let pass = Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model);
         let intent = render::Intent::new(&pdd.spec, &facts, &ctx.render)?;
         let sets = pass.decide_sets(&intent)?;
         let mut rendered = render::render_sets(pdd, &facts, &intent, &ctx.render, KvSets { target: sets.target, routed: sets.routed })?;
@@ -67,6 +68,8 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         let older = pass.observed.iter().filter(|p| p.set != sets.target && p.role == Role::Decode).map(|p| p.name.clone());
         render::grant_decode_pods(&mut rendered, &pass.name, older);
         scaling::yield_replicas(&mut rendered.pd_roles, &scaled);
+        rendered.config_maps.extend(model.keep);
+        pass.announce_model_config().await;
         let router_ready = pass.apply_support(&rendered).await?;
         let plan = pass.plan(&rendered, &sets);
         // The gate before GPUs: no engine pod for processes SGLang has not accepted.
@@ -90,10 +93,19 @@ async fn topology_nodes(ctx: &Context, pdd: &PDDeployment) -> Result<Vec<Node>, 
 }
 
 /// Read the model's config (if referenced) and run the same rules as `validate` and the webhook;
-/// the errors found, as `field: text (fix: …)`.
-async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &str) -> Result<(ModelFacts, Vec<String>), Error> {
-    let config = model_config(&ctx.client, pdd, ns).await?;
+/// the errors found, as `field: text (fix: …)`. None is run on a Hub source's config not read.
+async fn read_and_validate(
+    ctx: &Context,
+    pdd: &PDDeployment,
+    ns: &str,
+    name: &str,
+) -> Result<(ModelFacts, Vec<String>, model_config::ModelConfig), Error> {
+    let model = model_config::read(ctx, pdd, ns).await?;
+    let config = &model.config;
     let facts = pd_core::model::resolve(&pdd.spec.model, config.as_ref().ok().and_then(Option::as_ref));
+    if let Some((problem, _)) = &model.unresolved {
+        return Ok((facts, vec![problem.clone()], model));
+    }
     let mut problems: Vec<String> = validate::validate_with_facts(name, &pdd.spec, &facts)
         .into_iter()
         .filter(|f| f.severity == Severity::Error)
@@ -108,7 +120,7 @@ async fn read_and_validate(ctx: &Context, pdd: &PDDeployment, ns: &str, name: &s
         ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", warning).await;
     }
     problems.extend(placement.errors);
-    Ok((facts, problems))
+    Ok((facts, problems, model))
 }
 
 /// What one reconcile pass knows: the object, its pods as the cache shows them, and the newest
@@ -125,6 +137,9 @@ struct Pass<'a> {
     /// The KV sets the PDDeployment's router pods pair, terminating pods included.
     router_pod_sets: BTreeSet<String>,
     now: Time,
+    /// A Hub source's `ModelConfigResolved` (`model_config`), and when to read it again.
+    model_config: Option<pd_core::hub::Resolution>,
+    retry: Option<Duration>,
 }
 
 /// What applying the plan left to report.
@@ -160,7 +175,8 @@ impl<'a> Pass<'a> {
         let known = ctx.known_status(&status_key, pdd);
         // Seen in the cache: from now on, a missing pod is really gone.
         ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
-        Ok(Self { ctx, pdd, ns, name, uid, status_key, known, observed, router_pod_sets, now: Time(jiff::Timestamp::now()) })
+        let now = Time(jiff::Timestamp::now());
+        Ok(Self { ctx, pdd, ns, name, uid, status_key, known, observed, router_pod_sets, now, model_config: None, retry: None })
     }
 
     fn status_inputs<'s>(&'s self, validation: Result<(), String>, revisions: (&'s str, &'s str)) -> status::StatusInputs<'s> {
@@ -177,6 +193,7 @@ impl<'a> Pass<'a> {
             page_size: None,
             scaling: None,
             engine_verification: self.known.as_ref().and_then(|s| s.engine_verification.clone()),
+            model_config: self.model_config.clone(),
             now: self.now.clone(),
         }
     }
@@ -193,7 +210,7 @@ impl<'a> Pass<'a> {
         }
         let next = status::compute(&self.status_inputs(Err(message), ("", "")));
         write_status(self.ctx, &self.status_key, self.known.as_ref(), &self.ns, &self.name, next).await?;
-        Ok(Action::await_change())
+        Ok(self.retry.map_or_else(Action::await_change, Action::requeue))
     }
 
     /// Which KV set new pods go to and which the router pairs (`sets::decide`).

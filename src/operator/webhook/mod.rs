@@ -28,6 +28,7 @@ use tracing::{Instrument, info, info_span, warn};
 use pd_core::model::HfConfig;
 use tls::CertSource;
 
+/// The most a ConfigMap lookup, or a Hub source's config.json, may take of an admission review.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -107,11 +108,19 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
     };
     let span = info_span!("admission", uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), operation = ?req.operation);
     async move {
-        let config = match review::config_ref(&req) {
-            None => Ok(None),
-            Some((ns, name, key)) => lookup_config(&state.client, &ns, &name, &key).await,
+        let (config, unread) = match (review::config_ref(&req), review::hub_request(&req)) {
+            (Some((ns, name, key)), _) => (lookup_config(&state.client, &ns, &name, &key).await, None),
+            (None, Some((ns, read))) => match crate::model_hub::read(&state.client, &ns, &read, LOOKUP_TIMEOUT).await {
+                Ok((_, config)) => (Ok(Some(config)), None),
+                Err(e) => (Ok(None), Some(review::hub_unread(&e))),
+            },
+            (None, None) => (Ok(None), None),
         };
-        let response = review::decide(&req, config, state.gang_api);
+        let mut response = review::decide(&req, config, state.gang_api);
+        // The controller's gate holds what admission could not judge on the real config.
+        if let Some(warning) = unread {
+            response.warnings.get_or_insert_with(Vec::new).push(warning);
+        }
         state.metrics.admission(if response.allowed { "allowed" } else { "denied" });
         info!(allowed = response.allowed, "admission decided");
         axum::Json(response.into_review()).into_response()

@@ -8,6 +8,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde_json::Value;
 
 use pd_api::PDDeployment;
+use pd_core::hub::{self, HubError, HubRequest};
 use pd_core::model::{self, HfConfig};
 use pd_core::validate::{self, Severity};
 
@@ -34,6 +35,24 @@ pub fn config_ref(req: &AdmissionRequest<DynamicObject>) -> Option<(String, Stri
     let key = r.get("key").and_then(Value::as_str).map_or_else(pd_api::default_config_key, str::to_owned);
     let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
     Some((ns, name, key))
+}
+
+/// (namespace, the read) of the Hub source's config.json the object needs, if any.
+pub fn hub_request(req: &AdmissionRequest<DynamicObject>) -> Option<(String, HubRequest)> {
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return None;
+    }
+    let obj = req.object.as_ref()?;
+    let read = hub::request(&as_pdd(obj).ok()?.spec.model)?;
+    let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
+    Some((ns, read))
+}
+
+/// The warning for a Hub source's config.json the webhook could not read in time.
+pub fn hub_unread(e: &HubError) -> String {
+    format!(
+        "spec.model.source.huggingFace: {e}; the model-aware rules ran without it, and the controller creates no engine pod until it reads it"
+    )
 }
 
 fn as_pdd(obj: &DynamicObject) -> Result<PDDeployment, String> {
@@ -174,6 +193,33 @@ mod tests {
         let mut object = pdd(serde_json::json!({"tp": 4}));
         object["spec"]["placement"] = serde_json::json!({"gang": "auto"});
         assert!(decide(&parse(&review("CREATE", object)).unwrap(), Ok(None), false).allowed);
+    }
+
+    #[test]
+    fn a_hub_source_is_judged_on_its_own_config_json() {
+        let mut object = pdd(serde_json::json!({"tp": 4, "dcp": 2}));
+        object["spec"]["model"] =
+            serde_json::json!({"path": "acme/ft", "source": {"huggingFace": {"repo": "acme/ft", "endpoint": "http://hub"}}});
+        let req = parse(&review("CREATE", object)).unwrap();
+        let (ns, read) = hub_request(&req).unwrap();
+        assert_eq!((ns.as_str(), read.url.as_str()), ("ns", "http://hub/acme/ft/resolve/main/config.json"));
+        let config = |arch: &str| {
+            let path = format!("{}/tests/parity/configs/{arch}.json", env!("CARGO_MANIFEST_DIR"));
+            HfConfig::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let gqa = decide(&req, Ok(Some(config("Qwen3ForCausalLM"))), false);
+        assert!(
+            !gqa.allowed && gqa.result.message.contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."),
+            "{}",
+            gqa.result.message
+        );
+        assert!(decide(&req, Ok(Some(config("DeepseekV3ForCausalLM"))), false).allowed);
+        let e = HubError::Unreachable { url: read.url, message: "no answer within 3s".into() };
+        assert!(
+            hub_unread(&e).starts_with(
+                "spec.model.source.huggingFace: GET http://hub/acme/ft/resolve/main/config.json: the Hub could not be reached"
+            )
+        );
     }
 
     #[test]

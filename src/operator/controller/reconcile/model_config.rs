@@ -1,0 +1,102 @@
+//! The model's config.json in a reconcile: the ConfigMap `spec.model.configMapRef` names, or a
+//! Hugging Face source's own, read from the Hub once per URL and kept in an owned ConfigMap
+//! (`<name>-model-config`, applied with the other children), so the rules and the engine dry
+//! run judge the real config. While it cannot be read nothing is judged and no engine pod is
+//! created: `ModelConfigResolved=False` names the URL and the HTTP status.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::runtime::events::EventType;
+use tracing::{info, warn};
+
+use pd_api::PDDeployment;
+use pd_core::hub::{self, HubRequest, Resolution};
+use pd_core::model::HfConfig;
+
+use super::super::{Context, Error};
+use super::Pass;
+
+/// The Hub's GET in a reconcile: longer than admission's, a reconcile waits on nobody.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a reconcile knows of the model's config.json.
+pub(super) struct ModelConfig {
+    /// The config the rules read; `Err` when `configMapRef` is wrong (a finding for the user).
+    pub config: Result<Option<HfConfig>, String>,
+    /// A Hub source's `ModelConfigResolved`; `None` without one.
+    pub resolution: Option<Resolution>,
+    /// A Hub source's config not read: the problem, and when to read again.
+    pub unresolved: Option<(String, Duration)>,
+    /// The ConfigMap keeping a Hub source's config.json, applied with the other children.
+    pub keep: Option<ConfigMap>,
+}
+
+/// Reads the model's config: `configMapRef`, else a Hub source's (kept, or fetched).
+pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<ModelConfig, Error> {
+    let Some(req) = hub::request(&pdd.spec.model) else {
+        let config = config_map_ref(ctx, pdd, ns).await?;
+        return Ok(ModelConfig { config, resolution: None, unresolved: None, keep: None });
+    };
+    let read = match kept(ctx, pdd, ns, &req) {
+        Some(k) => Ok(k),
+        None => crate::model_hub::read(&ctx.client, ns, &req, FETCH_TIMEOUT).await,
+    };
+    let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
+    Ok(match read {
+        Ok((text, config)) => ModelConfig {
+            config: Ok(Some(config)),
+            resolution: Some(Resolution::read(&req, &cm_name)),
+            unresolved: None,
+            keep: Some(hub::config_map(pdd, &req.url, &text)),
+        },
+        Err(e) => {
+            warn!(url = %req.url, reason = e.reason(), error = %e, "the model's config.json is not read");
+            let resolution = Resolution::failed(&e);
+            let problem = format!("spec.model.source.huggingFace: {}", resolution.message);
+            ModelConfig { config: Ok(None), resolution: Some(resolution), unresolved: Some((problem, e.retry_after())), keep: None }
+        }
+    })
+}
+
+/// The config.json kept for `req` (the cache's ConfigMap, read from the same URL).
+fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, req: &HubRequest) -> Option<(String, HfConfig)> {
+    let (name, uid) = (pdd.metadata.name.as_deref()?, pdd.metadata.uid.as_deref()?);
+    let cm_name = hub::config_map_name(name);
+    let cms = ctx.stores.config_maps.as_ref()?.children(ns, name, uid);
+    let found = cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| hub::kept(cm, req));
+    if found.is_none() {
+        info!(url = %req.url, "reading the model's config.json from the Hub");
+    }
+    found
+}
+
+/// The config.json of `spec.model.configMapRef`: `Ok(Err(why))` when the reference is wrong (a
+/// finding for the user), `Err` when the API did not answer (retried).
+async fn config_map_ref(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<Result<Option<HfConfig>, String>, Error> {
+    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(Ok(None)) };
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(cm) = api.get_opt(&r.name).await? else {
+        return Ok(Err(format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name)));
+    };
+    Ok(HfConfig::from_config_map(&cm, &r.key).map(Some))
+}
+
+impl Pass<'_> {
+    /// Takes the Hub source's resolution into the status, and its retry into the requeue.
+    pub(super) fn with_model_config(mut self, model: &ModelConfig) -> Self {
+        self.model_config = model.resolution.clone();
+        self.retry = model.unresolved.as_ref().map(|(_, after)| *after);
+        self
+    }
+
+    /// An Event when `ModelConfigResolved` turns True.
+    pub(super) async fn announce_model_config(&self) {
+        let Some(r) = self.model_config.as_ref().filter(|r| r.resolved) else { return };
+        let was = self.known.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == hub::CONDITION)).map(|c| c.status == "True");
+        if was != Some(true) {
+            self.ctx.event(self.pdd, EventType::Normal, "ModelConfigResolved", "ReadModelConfig", r.message.clone()).await;
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! A Hugging Face source's `config.json`, as the admission webhook and the controller both read
+//! it: the token from the Secret `tokenSecretRef` names, then pd-runtime's GET of the URL
+//! pd-core's `hub` builds.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use tracing::{Instrument, info_span};
+
+use pd_api::SecretKeyRef;
+use pd_core::hub::{HubError, HubRequest};
+use pd_core::model::HfConfig;
+
+/// Reads `req`'s config.json, the Secret (in namespace `ns`) and the GET within `timeout`.
+pub async fn read(client: &Client, ns: &str, req: &HubRequest, timeout: Duration) -> Result<(String, HfConfig), HubError> {
+    let span = info_span!("hub_config", url = %req.url);
+    async {
+        let started = Instant::now();
+        let token = match &req.token {
+            None => None,
+            Some(r) => match tokio::time::timeout(timeout, token(client, ns, r, &req.url)).await {
+                Ok(t) => Some(t?),
+                Err(_) => return Err(token_error(req, format!("reading Secret {ns}/{} took over {timeout:?}", r.name))),
+            },
+        };
+        pd_runtime::hub::fetch_config(req, token.as_deref(), timeout.saturating_sub(started.elapsed())).await
+    }
+    .instrument(span)
+    .await
+}
+
+fn token_error(req: &HubRequest, message: String) -> HubError {
+    HubError::Token { url: req.url.clone(), message }
+}
+
+async fn token(client: &Client, ns: &str, r: &SecretKeyRef, url: &str) -> Result<String, HubError> {
+    let fail = |message: String| HubError::Token { url: url.to_owned(), message };
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret = api
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| fail(format!("reading Secret {ns}/{}: {e}", r.name)))?
+        .ok_or_else(|| fail(format!("Secret {ns}/{} does not exist", r.name)))?;
+    let value =
+        secret.data.and_then(|mut d| d.remove(&r.key)).ok_or_else(|| fail(format!("Secret {ns}/{} has no key {:?}", r.name, r.key)))?;
+    let text = String::from_utf8(value.0).map_err(|_| fail(format!("Secret {ns}/{} key {} is not text", r.name, r.key)))?;
+    Ok(text.trim().to_owned())
+}
