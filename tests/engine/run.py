@@ -50,7 +50,8 @@ CPU_ENV = {
     "SGLANG_USE_CPU_ENGINE": "1",  # SGLang's CPU platform (sglang/srt/platforms/__init__.py:50)
     "MOONCAKE_PROTOCOL": "tcp",    # Mooncake over TCP: no RDMA device here
     "SGLANG_HOST_IP": "127.0.0.1", # what the pod gets from status.podIP
-    "PYTHONPATH": str(SHIM),       # tests/engine/shim/sgl_kernel: the CPU kernel package stand-in
+    "PYTHONPATH": str(SHIM),       # tests/engine/shim: sgl_kernel and CUDA-event stand-ins
+    "MC_TE_METRIC": "1",           # Mooncake's transfer engine logs its throughput
 }
 
 
@@ -130,26 +131,36 @@ def wait_healthy(engines: list[Engine]) -> float:
     raise RuntimeError(f"engines not healthy after {START_TIMEOUT_S}s:\n" + "\n".join(e.tail() for e in engines))
 
 
+PROMPT = {
+    "input_ids": [1, 5, 9, 17, 33, 65, 129, 257, 3, 7, 11, 13],
+    "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+}
+
+
+def generate(e: Engine, body: dict) -> tuple[int | None, str]:
+    req = urllib.request.Request(f"http://127.0.0.1:{e.port}/generate", json.dumps(body).encode(),
+                                 {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+    except OSError as err:
+        return None, repr(err)
+
+
+def plain_request(e: Engine) -> tuple[int | None, str]:
+    return generate(e, PROMPT)
+
+
 def pd_request(prefill: Engine, decode: Engine, boot_port: int) -> tuple[float, dict]:
     """What SGLang's mini-LB does: one body with one bootstrap room to both; the decode answers."""
-    body = {
-        "input_ids": [1, 5, 9, 17, 33, 65, 129, 257, 3, 7, 11, 13],
-        "sampling_params": {"max_new_tokens": 8, "temperature": 0},
-        "bootstrap_host": "127.0.0.1", "bootstrap_port": boot_port,
-        "bootstrap_room": random.randrange(1 << 62),
-    }
+    body = {**PROMPT, "bootstrap_host": "127.0.0.1", "bootstrap_port": boot_port,
+            "bootstrap_room": random.randrange(1 << 62)}
     out: dict[str, tuple[int | None, str]] = {}
 
     def post(e: Engine) -> None:
-        req = urllib.request.Request(f"http://127.0.0.1:{e.port}/generate", json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
-                out[e.name] = (r.status, r.read().decode())
-        except urllib.error.HTTPError as err:
-            out[e.name] = (err.code, err.read().decode(errors="replace"))
-        except OSError as err:
-            out[e.name] = (None, repr(err))
+        out[e.name] = generate(e, body)
 
     t0 = time.time()
     threads = [threading.Thread(target=post, args=(e,)) for e in (prefill, decode)]
@@ -185,10 +196,17 @@ def run(mode: str, rendered: Path, model: Path, python: str, logdir: Path) -> No
     prefill = Engine("prefill", prefill_argv, 31100, logdir)
     decode = Engine("decode", decode_argv, 31200, logdir)
     engines = [prefill, decode]
+    if mode == "serve":
+        # The same weights (dummy weights are seeded) without PD: its tokens are what the decode
+        # must produce, which it does only if the prompt's KV arrived from the prefill intact.
+        plain_argv = set_flag(prefill_argv, "--disaggregation-mode", "null")
+        engines.append(Engine("plain", set_flag(plain_argv, "--port", "31300"), 31300, logdir))
     try:
         started = wait_healthy(engines)
         mem = rss_mb(engines)
         seconds, out = pd_request(prefill, decode, boot)
+        if mode == "serve":
+            out["plain"] = plain_request(engines[2])
         report = {"mode": mode, "startup_s": round(started, 1), "request_s": round(seconds, 2),
                   "rss_mb": mem, "responses": out}
         print(json.dumps(report, indent=1), flush=True)
@@ -198,14 +216,26 @@ def run(mode: str, rendered: Path, model: Path, python: str, logdir: Path) -> No
             e.stop()
 
 
+def logdir_of(engines: list[Engine]) -> Path:
+    return engines[0].log.parent
+
+
 def check(mode: str, out: dict, engines: list[Engine]) -> None:
     logs = "\n".join(e.tail(60) for e in engines)
     status, text = out.get("decode", (None, ""))
     if mode == "serve":
-        ok = status == 200 and len(json.loads(text).get("output_ids", [])) == 8
-        if not ok:
+        if status != 200:
             raise RuntimeError(f"decode did not answer the request: {status} {text[:500]}\n{logs}")
-        print("PASS serve: the decode answered 8 tokens from KV the prefill sent over Mooncake TCP")
+        tokens = json.loads(text)["output_ids"]
+        plain_status, plain_text = out["plain"]
+        expected = json.loads(plain_text)["output_ids"] if plain_status == 200 else None
+        if tokens != expected:
+            raise RuntimeError(f"decode tokens {tokens} differ from the plain engine's {expected} "
+                               f"({plain_status}): the prompt's KV did not arrive intact\n{logs}")
+        if "TcpTransport" not in (logdir_of(engines) / "prefill.log").read_text(errors="replace"):
+            raise RuntimeError(f"the prefill's Mooncake transfer engine did not use TCP\n{logs}")
+        print(f"PASS serve: the decode's {len(tokens)} tokens equal the plain engine's: "
+              "the prompt's KV came from the prefill over Mooncake TCP")
     else:
         seen = SEED_ERROR in text or any(SEED_ERROR in e.log.read_text(errors="replace") for e in engines)
         if status == 200 or not seen:
