@@ -33,6 +33,7 @@ SEED_ERROR = "PD decode DCP requires an MLA or hybrid-MLA KV pool."
 # sglang/srt/distributed/parallel_state.py:2656-2662: before any request, on a CPU platform.
 CPU_DCP_WALL = "Decode context parallel (decode_context_parallel_size > 1) is currently only supported"
 START_TIMEOUT_S = float(os.environ.get("PD_ENGINE_START_TIMEOUT", "900"))
+MOONCAKE_METRIC_INTERVAL_S = 5  # "Metrics reporting thread started (interval: 5s)"
 REQUEST_TIMEOUT_S = float(os.environ.get("PD_ENGINE_REQUEST_TIMEOUT", "300"))
 
 # Every switch added to the rendered argv, and why (docs/engine-on-cpu.md has the errors they fix).
@@ -230,9 +231,14 @@ def run(mode: str, rendered: Path, model: Path, python: str, logdir: Path) -> No
         seconds, out = pd_request(prefill, decode, boot)
         if mode == "serve":
             out["plain"] = plain_request(engines[2])
+            time.sleep(MOONCAKE_METRIC_INTERVAL_S + 1)  # one report of Mooncake's metric thread
         report = {"mode": mode, "startup_s": round(started, 1), "request_s": round(seconds, 2),
                   "rss_mb": mem, "responses": out}
         print(json.dumps(report, indent=1), flush=True)
+        for e in engines[:2]:
+            for line in e.log.read_text(errors="replace").splitlines():
+                if "transfer_engine_impl" in line and ("etric" in line or "hroughput" in line):
+                    print(f"  {e.name}| {line[:300]}")
         check(mode, out, engines)
     finally:
         for e in engines:
