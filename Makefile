@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: demo demo-down test rules-test chaos parity parity-sample dry-run-shim image-test gateway-image e2e-kind tools build lint crd bench-serving
+.PHONY: e2e-engine demo demo-down test rules-test chaos parity parity-sample dry-run-shim image-test gateway-image e2e-kind tools build lint crd bench-serving
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -26,6 +26,9 @@ gateway-image:   ## the PD router image (SGLang's smg gateway on Debian's python
 
 e2e-kind:        ## kind cluster from an offline-built node image; chart, webhook and handshake on real pods
 	hack/kind-e2e.sh
+
+e2e-engine:      ## real SGLang 0.5.23 prefill+decode on CPU from rendered argv, KV over Mooncake TCP; the seed's error (not in CI)
+	hack/e2e-engine.sh
 
 bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopback: TTFT/ITL/req/s, KV GB/s
 	hack/bench-serving.sh
