@@ -258,25 +258,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     }
     conditions.push(degraded(inputs, valid, &p, &d));
     let router_ok = inputs.router_ready.is_none_or(|r| r > 0);
-    let all = valid && pa == Some(true) && da == Some(true) && ha == Some(true) && router_ok;
-    let not_ready_because = if waiting {
-        "ModelConfigUnresolved"
-    } else if !valid {
-        "InvalidSpec"
-    } else if pa != Some(true) {
-        "PrefillUnavailable"
-    } else if da != Some(true) {
-        "DecodeUnavailable"
-    } else if ha != Some(true) {
-        "HandshakePending"
-    } else {
-        "RouterUnavailable"
-    };
-    conditions.push(if all {
-        cond(READY, Some(true), "Ready", "prefill and decode serve, every decode passed the handshake, the router is up".into())
-    } else {
-        cond(READY, Some(false), not_ready_because, "see the other conditions".into())
-    });
+    conditions.push(ready(waiting, valid, [pa, da, ha], router_ok));
     let role_status = |c: &RoleCount| RoleStatus {
         replicas: c.replicas,
         ready_replicas: c.ready,
@@ -301,6 +283,27 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         // this apply never owns it, so leaves it alone.
         autoscaling: None,
     }
+}
+
+/// `Ready`: valid, both roles available, every decode past the handshake and the router up;
+/// otherwise the first of those that is not.
+fn ready(waiting: bool, valid: bool, [prefill, decode, handshake]: [Option<bool>; 3], router_ok: bool) -> Condition {
+    let not_ready_because = if waiting {
+        "ModelConfigUnresolved"
+    } else if !valid {
+        "InvalidSpec"
+    } else if prefill != Some(true) {
+        "PrefillUnavailable"
+    } else if decode != Some(true) {
+        "DecodeUnavailable"
+    } else if handshake != Some(true) {
+        "HandshakePending"
+    } else if !router_ok {
+        "RouterUnavailable"
+    } else {
+        return cond(READY, Some(true), "Ready", "prefill and decode serve, every decode passed the handshake, the router is up".into());
+    };
+    cond(READY, Some(false), not_ready_because, "see the other conditions".into())
 }
 
 /// A Hub source whose config.json is not read: nothing is judged or rolled out on a guess.
