@@ -31,6 +31,9 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=lib/wait.sh
+. "$ROOT/hack/lib/wait.sh"
+gateway_serves() { [ "$(field "$(bench --target "127.0.0.1:$1" --concurrency 1 --requests 1 --max-tokens 2)" failed)" = 0 ]; }
 wait_http() {
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$1$2" >/dev/null && return 0; sleep 0.25; done
   echo "nothing answers on port $1$2; logs in $WORK" >&2; return 1
@@ -89,10 +92,8 @@ latency() {
   start smg "" "$py" -m smg.launch_router --pd-disaggregation --prefill "http://127.0.0.1:$PH" "$BP" \
     --decode "http://127.0.0.1:$DH" --host 127.0.0.1 --port "$gw" --prometheus-port "$gm" --log-level warn
   wait_http "$gw" /readiness
-  for _ in $(seq 1 60); do  # the gateway activates its workers
-    [ "$(field "$(bench --target "127.0.0.1:$gw" --concurrency 1 --requests 1 --max-tokens 2)" failed)" = 0 ] && break
-    sleep 1
-  done
+  # The gateway activates its workers before it serves.
+  wait_for "smg to serve a request (logs in $WORK)" 60 gateway_serves "$gw"
   echo "### Latency: prefill ${TPS} tokens/s, ITL ${ITL_MS} ms, prompt ${PROMPT} bytes, ${TOKENS} output tokens, streamed, KV flags: ${KV[*]}"
   echo
   echo "| concurrency | path | requests | failed | req/s | TTFT p50 (ms) | TTFT p99 (ms) | ITL p50 (ms) | ITL p99 (ms) |"

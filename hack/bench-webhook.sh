@@ -28,7 +28,9 @@ taskset -c 1 "$BIN" controller --namespace "$NS" --leader-election-namespace "$N
   >/tmp/pd-bench-webhook.log 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT
-until curl -sf "127.0.0.1:$ADMIN/readyz" >/dev/null; do sleep 0.2; done
+# shellcheck source=lib/wait.sh
+. "$ROOT/hack/lib/wait.sh"
+wait_for "the operator's /readyz (log: /tmp/pd-bench-webhook.log)" 60 curl -sf "127.0.0.1:$ADMIN/readyz"
 BODY=$(mktemp)
 python3 - "$ROOT/examples/qwen-dcp2-mistake.yaml" >"$BODY" <<'PY'
 import json, sys

@@ -22,14 +22,8 @@ die() { log "ERROR: $*"; exit 1; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-wait_for() { # description, timeout seconds, command...
-  local what=$1 timeout=$2; shift 2
-  local deadline=$(( $(date +%s) + timeout ))
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || { log "timed out after ${timeout}s waiting for $what"; return 1; }
-    sleep 0.5
-  done
-}
+# shellcheck source=lib/wait.sh
+. "$ROOT/hack/lib/wait.sh"
 
 start() { # name, command...
   local name=$1; shift

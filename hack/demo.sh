@@ -7,6 +7,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=lib/wait.sh
+. "$ROOT/hack/lib/wait.sh"
 export PD_CLUSTER_DIR="$ROOT/.cluster"
 # The examples ask for 80 GPUs; 12 kwok nodes of 8 fit them with room to scale.
 export PD_GPU_NODES=${PD_GPU_NODES:-12}
@@ -131,19 +133,19 @@ KUBECONFIG="$PD_CLUSTER_DIR/operator.kubeconfig" POD_NAMESPACE="$OPERATOR_NS" no
   --admin-addr 127.0.0.1:0 --lease-name "$RELEASE" --webhook-config "$RELEASE" --webhook-secret "$RELEASE-webhook-tls" \
   --webhook-addr "127.0.0.1:$PORT" --webhook-ip-sans 127.0.0.1 >"$PD_CLUSTER_DIR/logs/operator.log" 2>&1 &
 echo $! >"$PD_CLUSTER_DIR/operator.pid"
-for _ in $(seq 1 60); do
-  kubectl get validatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | grep -q . && break
-  sleep 0.5
-done
+ca_bundle_set() { kubectl get validatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | grep -q .; }
+wait_for "the operator to put its CA into the webhook registration" 30 ca_bundle_set
 
 say "admission: the Qwen dcp: 2 mistake is denied with SGLang's words"
+denied=false
 for _ in $(seq 1 20); do
   if out=$(kubectl apply -f examples/qwen-dcp2-mistake.yaml 2>&1); then
     kubectl delete -f examples/qwen-dcp2-mistake.yaml >/dev/null 2>&1; sleep 1
   else
-    echo "$out"; break
+    echo "$out"; denied=true; break
   fi
 done
+$denied || { echo "FAILED: examples/qwen-dcp2-mistake.yaml was admitted 20 times: the webhook is not judging" >&2; exit 1; }
 
 say "the valid examples, reconciled"
 for f in deepseek-v3-dcp qwen3-gqa multi-node-prefill llama-different-tp; do kubectl apply -f "examples/$f.yaml"; done
@@ -153,10 +155,8 @@ kubectl get pods -o wide -l app.kubernetes.io/managed-by=pd-operator | head -20
 
 say "runtime: the handshake sidecar of a sim decode pod, against a prefill stand-in with the wrong page size"
 kubectl apply -f examples/sim-demo.yaml
-for _ in $(seq 1 60); do
-  [ "$(kubectl get pod sim-dsv3-decode-0-0 -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] && break
-  sleep 0.5
-done
+pod_running() { [ "$(kubectl get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ]; }
+wait_for "pod sim-dsv3-decode-0-0 to run" 30 pod_running sim-dsv3-decode-0-0
 kubectl get configmap sim-dsv3-handshake -o jsonpath='{.data.decode\.json}' >"$PD_CLUSTER_DIR/sim-decode.json"
 SIM_BOOTSTRAP=$(free_port)
 start_sim_prefill --sim-page-size 32
@@ -166,14 +166,15 @@ sed "s/token: \"[^\"]*\"/token: \"$SA_TOKEN\"/" "$PD_CLUSTER_DIR/operator.kubeco
 KUBECONFIG="$PD_CLUSTER_DIR/sidecar.kubeconfig" nohup "$PD" handshake run --decode "$PD_CLUSTER_DIR/sim-decode.json" \
   --prefill "127.0.0.1:$SIM_BOOTSTRAP" --pod default/sim-dsv3-decode-0-0 >"$PD_CLUSTER_DIR/logs/sidecar.log" 2>&1 &
 echo $! >"$PD_CLUSTER_DIR/sidecar.pid"
-for _ in $(seq 1 60); do handshake_condition | grep -q '^False PageSizeMismatch' && break; sleep 0.5; done
+handshake_is() { handshake_condition | grep -q "$1"; }
+wait_for "HandshakeReady=False PageSizeMismatch" 30 handshake_is '^False PageSizeMismatch'
 echo "HandshakeReady: $(handshake_condition)"
 kubectl get pod sim-dsv3-decode-0-0 -o jsonpath='decode pod Ready={.status.conditions[?(@.type=="Ready")].status}{"\n"}'
 echo "$ kubectl pd explain sim-dsv3"
 kubectl pd explain sim-dsv3
 say "the prefill stand-in restarts with the matching page size; the sidecar re-checks"
 start_sim_prefill
-for _ in $(seq 1 60); do handshake_condition | grep -q '^True' && break; sleep 0.5; done
+wait_for "HandshakeReady=True" 30 handshake_is '^True'
 echo "HandshakeReady: $(handshake_condition)"
 echo "$ kubectl pd status sim-dsv3"
 kubectl pd status sim-dsv3

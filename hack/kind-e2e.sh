@@ -2,7 +2,8 @@
 # The kind tier (`make e2e-kind`): real kubelet, containerd and kube-proxy, our image from our
 # Dockerfile, the chart installed with helm, the webhook reached through its Service, the
 # handshake sidecar talking to running prefill pods, and requests through the smg router image to
-# sim engines moving KV along the rank map. Everything is built here offline and cached
+# sim engines moving KV along the rank map, all of it scraped by a Prometheus that evaluates the
+# chart's dashboard and alerts (hack/kind-monitoring.sh). Everything is built here offline and cached
 # (hack/kind-node.sh, hack/image.sh, hack/gateway-image.sh); the cluster is deleted at the end, and a dockerd started here
 # is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
 #   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster, and a failed test's namespace, running
@@ -103,26 +104,33 @@ helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS"
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
   --set simImage.repository="${SIM_IMAGE%:*}" --set simImage.tag="${SIM_IMAGE##*:}" \
   --wait --timeout 5m >/dev/null
+# Prometheus and kube-state-metrics from the Go module proxy, the chart's rules loaded (issue #34).
+hack/kind-monitoring.sh "$KIND" "$CLUSTER" "$TOOLS_BIN/kubectl" "$KUBECONFIG_FILE"
 
-log "running tests/e2e_kind.rs against the cluster"
+log "running tests/e2e_kind.rs and tests/e2e_kind_prometheus.rs against the cluster"
 t=$(date +%s)
-UPGRADE_TEST=operator_upgrade_under_load_restarts_no_engine_and_moves_every_sidecar
+# The tests that take operator replicas away run alone, after the others, in this order (the
+# upgrade replaces the operator the others use).
+ALONE=(the_webhook_judges_every_admission_while_an_operator_replica_goes_away
+  operator_upgrade_under_load_restarts_no_engine_and_moves_every_sidecar)
 kind_tests() {
   PD_E2E_KEEP_FAILED=${PD_KIND_KEEP:-} PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
+    PD_KIND_NODE="$CLUSTER-control-plane" \
     PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_NEXT_OPERATOR_IMAGE="$NEXT_IMAGE" PD_KIND_SIM_IMAGE="$SIM_IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
-    cargo test --locked --test e2e_kind -- --ignored --nocapture "$@" 2>&1 | tee -a "$STATE/test.log" >&2
+    cargo test --locked --test e2e_kind --test e2e_kind_prometheus -- --ignored --nocapture "$@" 2>&1 | tee -a "$STATE/test.log" >&2
   return "${PIPESTATUS[0]}"
 }
 : > "$STATE/test.log"
 set +e
-# Every test on the installed operator, then the upgrade phase alone: it replaces that operator.
-kind_tests --test-threads 4 --skip "$UPGRADE_TEST" ${PD_KIND_TESTS:-}
+kind_tests --test-threads 4 "${ALONE[@]/#/--skip=}" ${PD_KIND_TESTS:-}
 rc=$?
-if [ "$rc" = 0 ] && { [ -z "${PD_KIND_TESTS:-}" ] || [[ "$UPGRADE_TEST" == *"$PD_KIND_TESTS"* ]]; }; then
-  log "upgrade phase: helm upgrade to $NEXT_IMAGE under load"
-  kind_tests --exact "$UPGRADE_TEST"
-  rc=$?
-fi
+for test in "${ALONE[@]}"; do
+  if [ "$rc" = 0 ] && { [ -z "${PD_KIND_TESTS:-}" ] || [[ "$test" == *"$PD_KIND_TESTS"* ]]; }; then
+    log "alone: $test"
+    kind_tests --exact "$test"
+    rc=$?
+  fi
+done
 set -e
 [ "$(grep -c '^test result: ok' "$STATE/test.log")" -ge 1 ] && ! grep -q '^test result: FAILED' "$STATE/test.log" || rc=1
 log "tests took $(( $(date +%s) - t ))s; kind tier total $(( $(date +%s) - start ))s"

@@ -1157,3 +1157,119 @@ fn a_hub_sources_config_json_is_read_kept_and_gates_the_engine_pods() {
     let reads = hub.requests().iter().filter(|r| r.contains("dsv3-gated") && r.ends_with(" 200")).count();
     assert!((1..=2).contains(&reads), "{:?}", hub.requests());
 }
+
+/// `spec.model.configMapRef` naming a ConfigMap that is not there (deleted after admission, or
+/// applied where no webhook runs): the controller's finding names it, and no engine pod is made.
+#[test]
+fn a_config_map_ref_to_nothing_is_a_finding_that_names_it() {
+    let ns = TestNamespace::new("cmref");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let spec = "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: custom}\nspec:\n  model: {path: /models/custom, configMapRef: {name: absent}}\n  kvTransfer: {pageSize: 64}\n  prefill: {parallelism: {tp: 8}}\n  decode: {parallelism: {tp: 8}}\n";
+    let o = ns.apply(spec);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_condition(&ns, "custom", "Validated", "False");
+    let (_, _, message) = condition(&ns, "custom", "Validated").unwrap();
+    let finding = format!("spec.model.configMapRef: ConfigMap {}/absent does not exist (fix: create the ConfigMap", ns.name);
+    assert!(message.contains(&finding), "{message}");
+    assert_eq!(names(&ns, "pods", "pd.inference.dev/deployment=custom").unwrap(), BTreeSet::new());
+}
+
+/// Fetched once (`huggingFace.cache`): the fetch Job comes first and no engine pod is created
+/// until it completes (`ModelReady`); two PDDeployments of one revision naming one claim share
+/// one Job; the engines mount the claim read-only where `--model-path` points. kwok runs no
+/// container: the stage `pd-model-fetch-modelled` ends the fetch pod with the fetch's report,
+/// as the real `pd-operator fetch-model` does (tests/fetch_model.rs runs that one for real).
+#[test]
+fn a_cached_hub_source_is_fetched_once_before_any_engine_pod() {
+    use common::hub::{HubStandIn, fixtures, spec};
+    let ns = TestNamespace::new("fetch");
+    let hub = HubStandIn::start(fixtures());
+    let _ctl = ControllerProcess::start(&ns.name);
+    let cache = "cache: {claimName: weights}";
+    for name in ["a", "b"] {
+        let o = ns.apply(&spec(name, &hub.endpoint, "acme/qwen3-ft", cache, "{tp: 8}"));
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    }
+    // The claim does not exist yet: the Job's pod cannot be scheduled, the fetch waits.
+    let jobs = || names(&ns, "jobs", "pd.inference.dev/role=model-fetch");
+    wait_for(WAIT, "one fetch Job", || jobs().and_then(|j| (j.len() == 1).then_some(()).ok_or(format!("{j:?}"))));
+    let job = jobs().unwrap().into_iter().next().unwrap();
+    for name in ["a", "b"] {
+        wait_condition(&ns, name, "ModelReady", "False");
+        let (_, reason, message) = condition(&ns, name, "ModelReady").unwrap();
+        assert_eq!(reason, "Fetching", "{message}");
+        assert!(message.contains(&job) && message.contains("acme/qwen3-ft@main"), "{message}");
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    for name in ["a", "b"] {
+        assert_eq!(pods(&ns, name).unwrap().len(), 0, "{name}: an engine pod before the weights are in the cache");
+        let model = &ns.get_json("pdd", name).unwrap()["status"]["model"];
+        assert_eq!((model["phase"].as_str(), model["job"].as_str()), (Some("Pending"), Some(job.as_str())), "{model}");
+    }
+    // The claim appears (a static volume binds it); kwok ends the fetch pod with its report.
+    let pv = format!("{}-weights", ns.name);
+    let volume = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {pv}}}\nspec:\n  capacity: {{storage: 10Gi}}\n  accessModes: [ReadWriteMany]\n  storageClassName: ''\n  hostPath: {{path: /tmp/{pv}}}\n  claimRef: {{namespace: {ns}, name: weights}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: weights, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteMany]\n  storageClassName: ''\n  volumeName: {pv}\n  resources: {{requests: {{storage: 10Gi}}}}\n",
+        ns = ns.name
+    );
+    let o = ns.apply(&volume);
+    assert!(o.status.success(), "{}", text(&o));
+    for name in ["a", "b"] {
+        wait_condition(&ns, name, "ModelReady", "True");
+        let model = &ns.get_json("pdd", name).unwrap()["status"]["model"];
+        assert_eq!(model["phase"], "Fetched", "{model}");
+        assert_eq!(
+            (model["bytes"].as_i64(), model["totalBytes"].as_i64(), model["files"].as_i64()),
+            (Some(4_200_000), Some(4_200_000), Some(4))
+        );
+        wait_for(WAIT, &format!("{name}'s engine pods"), || {
+            pods(&ns, name).and_then(|p| (p.len() == 2).then_some(()).ok_or(format!("{} pods", p.len())))
+        });
+        for p in pods(&ns, name).unwrap() {
+            let spec = &p["spec"];
+            let volume = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "model").unwrap();
+            assert_eq!(volume["persistentVolumeClaim"], serde_json::json!({"claimName": "weights", "readOnly": true}));
+            let args = spec["containers"][0]["args"].as_array().unwrap();
+            let at = args.iter().position(|a| a == "--model-path").unwrap();
+            assert_eq!(args[at + 1], "/models/acme/qwen3-ft/main");
+            let env = spec["containers"][0]["env"].to_string();
+            assert!(!env.contains("HF_TOKEN") && !env.contains("HF_ENDPOINT"), "{env}");
+        }
+    }
+    assert_eq!(jobs().unwrap().len(), 1, "shared, not fetched twice");
+    let _ = cluster().kubectl(&["delete", "pv", &pv, "--wait=false"]);
+}
+
+/// A cache the operator claims (`{storageClassName, size}`): the claim is applied with the other
+/// children, owned by the PDDeployment, and its fetch gates the engine pods as a named one does.
+#[test]
+fn a_cache_the_operator_claims_is_owned_and_mounted_by_every_engine_pod() {
+    use common::hub::{HubStandIn, fixtures, spec};
+    let ns = TestNamespace::new("claim");
+    let hub = HubStandIn::start(fixtures());
+    let _ctl = ControllerProcess::start(&ns.name);
+    // A static volume of a class of this test's own stands for the class's provisioner.
+    let class = format!("{}-cache", ns.name);
+    let pv = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {class}}}\nspec:\n  capacity: {{storage: 5Gi}}\n  accessModes: [ReadWriteMany]\n  storageClassName: {class}\n  hostPath: {{path: /tmp/{class}}}\n"
+    );
+    let o = cluster().kubectl_stdin(&["apply", "-f", "-"], &pv);
+    assert!(o.status.success(), "{}", text(&o));
+    let cache = format!("cache: {{storageClassName: {class}, size: 5Gi}}");
+    let o = ns.apply(&spec("c", &hub.endpoint, "acme/qwen3-ft", &cache, "{tp: 8}"));
+    assert!(o.status.success(), "{}", text(&o));
+    wait_condition(&ns, "c", "ModelReady", "True");
+    let claims = names(&ns, "pvc", "pd.inference.dev/deployment=c").unwrap();
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    let claim = claims.into_iter().next().unwrap();
+    assert!(claim.starts_with("c-model-cache-"), "{claim}");
+    let pvc = ns.get_json("pvc", &claim).unwrap();
+    assert_eq!(pvc["metadata"]["ownerReferences"][0]["name"], "c");
+    assert_eq!((pvc["spec"]["accessModes"][0].as_str(), pvc["status"]["phase"].as_str()), (Some("ReadWriteMany"), Some("Bound")));
+    wait_for(WAIT, "c's engine pods", || pods(&ns, "c").and_then(|p| (p.len() == 2).then_some(()).ok_or(format!("{} pods", p.len()))));
+    for p in pods(&ns, "c").unwrap() {
+        let volume = p["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "model").cloned().unwrap();
+        assert_eq!(volume["persistentVolumeClaim"]["claimName"].as_str(), Some(claim.as_str()));
+    }
+    let _ = cluster().kubectl(&["delete", "pv", &class, "--wait=false"]);
+}

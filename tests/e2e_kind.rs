@@ -895,3 +895,159 @@ fn operator_upgrade_under_load_restarts_no_engine_and_moves_every_sidecar() {
     assert!(o.status.success(), "{}", text(&o));
     wait_traffic_ready(&ns, name, 3);
 }
+
+/// What one admission through the apiserver came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Admission {
+    /// A valid object stored (dry run), an invalid one denied by our webhook with SGLang's text.
+    Judged,
+    /// A valid object refused: by the webhook, or because the apiserver could not call it.
+    ValidRefused,
+    /// An invalid object stored.
+    InvalidAdmitted,
+    /// An invalid object refused, but not by our webhook's verdict (the call failed).
+    InvalidUnjudged,
+}
+
+/// The Qwen `dcp: 2` mistake (SGLang: GQA has no DCP), or the same model without it.
+fn admission_object(name: &str, valid: bool) -> pd_api::PDDeployment {
+    let decode = if valid { json!({"tp": 4}) } else { json!({"tp": 4, "dcp": 2}) };
+    serde_json::from_value(json!({
+        "apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": name},
+        "spec": {"model": {"path": "Qwen/Qwen2.5-72B-Instruct"}, "kvTransfer": {"pageSize": 64},
+                 "prefill": {"replicas": 1, "parallelism": {"tp": 4}}, "decode": {"replicas": 1, "parallelism": decode}}}))
+    .expect("a PDDeployment")
+}
+
+async fn admit(api: &kube::Api<pd_api::PDDeployment>, n: u64) -> (Admission, String) {
+    let valid = n.is_multiple_of(2);
+    let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+    let outcome = api.create(&params, &admission_object(&format!("admit-{n}"), valid)).await;
+    match (valid, outcome) {
+        (true, Ok(_)) => (Admission::Judged, String::new()),
+        (true, Err(e)) => (Admission::ValidRefused, e.to_string()),
+        (false, Ok(_)) => (Admission::InvalidAdmitted, String::new()),
+        (false, Err(e)) if e.to_string().contains("PD decode DCP requires an MLA or hybrid-MLA KV pool.") => {
+            (Admission::Judged, String::new())
+        }
+        (false, Err(e)) => (Admission::InvalidUnjudged, e.to_string()),
+    }
+}
+
+type Seen = (std::time::Instant, Admission, String);
+
+/// Admissions (dry run, half valid, half the Qwen `dcp: 2` mistake) from `workers` loops until
+/// `stop`; each outcome with the instant it came.
+async fn admission_burst(ns: String, workers: u64, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Vec<Seen> {
+    let api: kube::Api<pd_api::PDDeployment> = kube::Api::namespaced(cluster().client().await, &ns);
+    let loops = (0..workers).map(|w| {
+        let (api, stop) = (api.clone(), stop.clone());
+        async move {
+            let mut seen = Vec::new();
+            for i in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let (what, why) = admit(&api, w + i * workers).await;
+                seen.push((std::time::Instant::now(), what, why));
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            seen
+        }
+    });
+    futures::future::join_all(loops).await.into_iter().flatten().collect()
+}
+
+/// The operator pods not being deleted, Ready or not, oldest first; and how many are being deleted.
+fn operator_pods() -> (Vec<Value>, usize) {
+    let (mut live, going): (Vec<Value>, Vec<Value>) = pods(&operator_namespace(), "app.kubernetes.io/name=pd-operator")
+        .into_iter()
+        .partition(|p| p["metadata"]["deletionTimestamp"].is_null());
+    live.sort_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_owned());
+    (live, going.len())
+}
+
+/// Waits for `want` Ready operator pods and none being deleted.
+fn wait_operator_pods_ready(want: usize) {
+    wait_for(WAIT, "every operator replica Ready, none terminating", || {
+        let (live, going) = operator_pods();
+        (live.len() == want && going == 0 && live.iter().all(is_ready))
+            .then_some(())
+            .ok_or_else(|| format!("{} live, {going} terminating", live.len()))
+    });
+}
+
+fn oldest_operator_pod() -> String {
+    operator_pods().0[0]["metadata"]["name"].as_str().expect("a pod name").to_owned()
+}
+
+/// The restarts of `pod`'s operator container.
+fn operator_restarts(pod: &str) -> u64 {
+    let p = operator_pods().0.into_iter().find(|p| p["metadata"]["name"] == pod).expect("the operator pod");
+    p["status"]["containerStatuses"][0]["restartCount"].as_u64().unwrap_or(0)
+}
+
+/// Kills the operator container of `pod` with SIGKILL, as a crash would (crictl on the kind node),
+/// and waits until the kubelet has seen it die.
+fn crash_operator_container(pod: &str) {
+    let before = operator_restarts(pod);
+    let node = std::env::var("PD_KIND_NODE").expect("PD_KIND_NODE: run through `make e2e-kind`");
+    let script = format!("crictl stop --timeout 0 $(crictl ps -q --name '^operator$' --pod $(crictl pods -q --name '^{pod}$'))");
+    let o = std::process::Command::new("docker").args(["exec", &node, "sh", "-c", &script]).output().expect("docker exec");
+    assert!(o.status.success(), "crictl stop: {}", text(&o));
+    wait_for(WAIT, "the crashed container restarted", || {
+        (operator_restarts(pod) > before).then_some(()).ok_or_else(|| "not yet".to_owned())
+    });
+}
+
+fn tally(seen: &[Seen]) -> BTreeMap<Admission, usize> {
+    seen.iter().fold(BTreeMap::new(), |mut m, (_, a, _)| {
+        *m.entry(*a).or_default() += 1;
+        m
+    })
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind (runs alone: it kills operator replicas)"]
+/// Admissions through the apiserver and the webhook's Service while one operator replica is
+/// deleted (SIGTERM, as a rollout, drain or eviction does): every one judged, no valid object
+/// refused, no invalid one admitted. Then one replica crashes (SIGKILL): still no invalid object
+/// admitted; the valid ones refused while the apiserver still routes to the dead replica are
+/// counted and must fall within a few seconds of the crash.
+fn the_webhook_judges_every_admission_while_an_operator_replica_goes_away() {
+    let ns = TestNamespace::new("kind-admit");
+    let replicas = operator_pods().0.len();
+    assert!(replicas >= 2, "the chart runs at least two operator replicas: {replicas}");
+    wait_operator_pods_ready(replicas);
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let burst = |act: &dyn Fn()| {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let load = rt.spawn(admission_burst(ns.name.clone(), 4, stop.clone()));
+        std::thread::sleep(Duration::from_secs(5));
+        let t = std::time::Instant::now();
+        act();
+        wait_operator_pods_ready(replicas);
+        std::thread::sleep(Duration::from_secs(5));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = rt.block_on(load).expect("the burst");
+        (seen, t)
+    };
+    let victim = oldest_operator_pod();
+    let (deleted, _) =
+        burst(&|| assert!(cluster().kubectl(&["delete", "pod", &victim, "-n", &operator_namespace(), "--wait=false"]).status.success()));
+    let counts = tally(&deleted);
+    eprintln!("admissions while {victim} was deleted: {counts:?}");
+    let bad: Vec<_> = deleted.iter().filter(|(_, a, _)| *a != Admission::Judged).map(|(_, a, w)| (a, w)).take(5).collect();
+    assert!(bad.is_empty() && counts[&Admission::Judged] > 100, "{counts:?}: {bad:?}");
+
+    let victim = oldest_operator_pod();
+    let (crashed, at) = burst(&|| crash_operator_container(&victim));
+    let counts = tally(&crashed);
+    let after = |i: std::time::Instant| if i >= at { (i - at).as_secs_f64() } else { -(at - i).as_secs_f64() };
+    let refused: Vec<f64> = crashed.iter().filter(|(_, a, _)| *a != Admission::Judged).map(|(i, _, _)| after(*i)).collect();
+    let why: BTreeSet<String> =
+        crashed.iter().filter(|(_, a, _)| *a != Admission::Judged).map(|(_, _, w)| w.chars().take(240).collect()).collect();
+    eprintln!("admissions while {victim} crashed (SIGKILL): {counts:?}; failed calls at {refused:.2?} s after it: {why:?}");
+    assert_eq!(counts.get(&Admission::InvalidAdmitted), None, "{counts:?}");
+    assert!(refused.iter().all(|dt| (-0.5..5.0).contains(dt)), "failed calls outside the crash's window: {refused:?}");
+}

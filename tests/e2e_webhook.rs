@@ -271,3 +271,30 @@ fn a_hub_sources_config_json_decides_admission_and_an_unreachable_hub_is_a_warni
     assert!(text(&o).contains(&warning), "{}", text(&o));
     assert!(text(&o).contains("the controller creates no engine pod until it reads it"), "{}", text(&o));
 }
+
+/// After SIGTERM the webhook keeps judging for its drain (`--webhook-drain`), /readyz saying so,
+/// so that reviews the apiserver still sends to a terminating replica are answered; then the
+/// process exits 0, no sooner than the drain.
+#[test]
+fn after_sigterm_the_webhook_keeps_judging_through_its_drain_then_exits_cleanly() {
+    const DRAIN: Duration = Duration::from_secs(4);
+    let ns = TestNamespace::new("wh-drain");
+    let (_reg, mut ctl, _) = start_with(&ns, &["--webhook-drain", "4s"]);
+    let mistake = read("examples/qwen-dcp2-mistake.yaml");
+    denied(&ns, &mistake, "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
+    let stopped = std::time::Instant::now();
+    ctl.terminate();
+    wait_for(DRAIN, "/readyz to say the webhook drains", || match ctl.get_any("/readyz") {
+        Some((503, body)) if body.contains("draining") => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    let o = ns.apply(&mistake);
+    assert!(!o.status.success() && text(&o).contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."), "{}", text(&o));
+    let valid = read("examples/qwen3-gqa.yaml");
+    let o = cluster().kubectl_stdin(&["apply", "-n", &ns.name, "--dry-run=server", "-f", "-"], &valid);
+    assert!(o.status.success(), "a valid object refused while draining: {}", text(&o));
+    assert!(stopped.elapsed() < DRAIN, "the checks took past the drain ({:?}); nothing shown", stopped.elapsed());
+    let status = ctl.wait_exit(Duration::from_secs(15)).unwrap_or_else(|| panic!("still running 15 s after SIGTERM:\n{}", ctl.log_tail()));
+    assert!(status.success(), "exit after SIGTERM: {status}");
+    assert!(stopped.elapsed() >= DRAIN, "stopped after {:?}, before its drain", stopped.elapsed());
+}

@@ -15,14 +15,28 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod autoscaling;
+pub mod conditions;
 mod scaling;
 pub use autoscaling::{
     AutoscalingMode, AutoscalingSpec, AutoscalingStatus, LoadThresholds, Observed, PrometheusSource, RoleRecommendation, SloTargets,
 };
 pub use scaling::{PDRole, PDRoleSpec, PDRoleStatus, RatioBand, RoleLimits, RoleName, ScalingSpec, role_object_name};
 
-pub const GROUP: &str = "pd.inference.dev";
-pub const VERSION: &str = "v1alpha1";
+/// The group and version are written once, as macros, so `API_VERSION` can be joined at compile time.
+macro_rules! group {
+    () => {
+        "pd.inference.dev"
+    };
+}
+macro_rules! version {
+    () => {
+        "v1alpha1"
+    };
+}
+pub const GROUP: &str = group!();
+pub const VERSION: &str = version!();
+/// `apiVersion` of every kind of ours.
+pub const API_VERSION: &str = concat!(group!(), "/", version!());
 
 /// SGLang 0.5.23's default `--disaggregation-bootstrap-port`.
 pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
@@ -190,7 +204,8 @@ pub struct ModelSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("[has(self.huggingFace), has(self.pvc), has(self.image), has(self.hostPath)].filter(x, x).size() == 1").message("give exactly one model source: huggingFace, pvc, image or hostPath"))]
 pub struct ModelSource {
-    /// A Hugging Face Hub repository (or a mirror of the Hub's API), fetched by each engine pod.
+    /// A Hugging Face Hub repository (or a mirror of the Hub's API): fetched by each engine pod,
+    /// or, with `cache`, once into a volume every engine pod mounts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hugging_face: Option<HuggingFaceSource>,
     /// A PersistentVolumeClaim holding the weights, mounted read-only.
@@ -219,6 +234,34 @@ pub struct HuggingFaceSource {
     /// The Hub's URL, for a mirror: `HF_ENDPOINT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// Fetch the weights once, into this volume, instead of in every engine pod: a Job of the
+    /// operator's image downloads the repository at the revision (resumable, each file's size and
+    /// the Hub's sha256 checked) into `<repo>/<revision>/` of the volume; the engine pods of both
+    /// roles mount it read-only at `/models` and are created only once it is complete
+    /// (`status.model`, condition `ModelReady`). PDDeployments naming the same claim share the
+    /// files. Unset, each engine pod downloads the model itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ModelCache>,
+}
+
+/// Where fetched weights are kept: a PersistentVolumeClaim you name, or one the operator claims.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.claimName) != has(self.size)").message("give either claimName (a PersistentVolumeClaim you made) or size (the operator claims one, from storageClassName)"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.storageClassName) || has(self.size)").message("storageClassName goes with size: it is the class of the claim the operator makes"))]
+pub struct ModelCache {
+    /// A PersistentVolumeClaim of the PDDeployment's namespace; engine pods on several nodes need
+    /// it `ReadWriteMany` (or a volume every node sees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub claim_name: Option<String>,
+    /// The storage class of the claim the operator makes (`ReadWriteMany`, owned by the
+    /// PDDeployment); the cluster's default class when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// The size of the claim the operator makes, e.g. `20Gi` (more than the repository's files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Quantity>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -975,6 +1018,32 @@ pub struct PDDeploymentStatus {
     /// the metrics it read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
+    /// The fetch of a cached Hugging Face source (`spec.model.source.huggingFace.cache`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelFetchStatus>,
+}
+
+/// The weights' fetch into the cache, as the fetch Job reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelFetchStatus {
+    /// `Pending` (the Job's pod has not reported yet), `Fetching`, `Fetched` or `Failed`.
+    pub phase: String,
+    /// Bytes of the repository's files in the cache, verified or being written.
+    #[serde(default)]
+    pub bytes: i64,
+    /// The repository's size at the revision, as the Hub lists it; 0 until listed.
+    #[serde(default)]
+    pub total_bytes: i64,
+    /// Files in place and verified.
+    #[serde(default)]
+    pub files: i32,
+    /// Files the repository has at the revision; 0 until listed.
+    #[serde(default)]
+    pub total_files: i32,
+    /// The fetch Job.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub job: String,
 }
 
 /// One engine dry run and its verdict.
@@ -1009,13 +1078,30 @@ pub struct KvSetStatus {
     pub target: u32,
     /// The set the router pairs.
     pub routed: u32,
-    /// `InPlace`: the spec's KV contract is compatible with the running set, so new revisions roll
-    /// inside it. `Surge`: it is not, so the target set comes up beside the routed one, the router
-    /// moves once it is whole, and the old set drains and goes.
-    pub strategy: String,
+    pub strategy: KvSetStrategy,
     /// For `Surge`: the first incompatible pair, with SGLang's text.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+}
+
+/// How the spec's revision reaches the running KV set.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum KvSetStrategy {
+    /// The spec's KV contract is compatible with the running set: new revisions roll inside it.
+    #[default]
+    InPlace,
+    /// It is not: the target set comes up beside the routed one, the router moves once it is
+    /// whole, and the old set drains and goes.
+    Surge,
+}
+
+impl std::fmt::Display for KvSetStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvSetStrategy::InPlace => "InPlace",
+            KvSetStrategy::Surge => "Surge",
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -1137,4 +1223,17 @@ fn quote_yaml11_booleans(text: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::Resource;
+
+    /// The derive takes its group and version as literals; they must stay the constants'.
+    #[test]
+    fn every_kind_of_ours_has_the_constants_api_version() {
+        assert_eq!(super::PDDeployment::api_version(&()), super::API_VERSION);
+        assert_eq!(super::PDRole::api_version(&()), super::API_VERSION);
+        assert_eq!(<super::PDRole as k8s_openapi::Resource>::API_VERSION, super::API_VERSION);
+    }
 }

@@ -161,7 +161,7 @@ pub fn role_object_name(deployment: &str, role: Role) -> String {
 
 /// So `child_kinds!` can name the kind beside Kubernetes' own (its group, plural and kind).
 impl k8s_openapi::Resource for PDRole {
-    const API_VERSION: &'static str = "pd.inference.dev/v1alpha1";
+    const API_VERSION: &'static str = crate::API_VERSION;
     const GROUP: &'static str = crate::GROUP;
     const KIND: &'static str = "PDRole";
     const VERSION: &'static str = crate::VERSION;

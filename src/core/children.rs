@@ -38,6 +38,13 @@ macro_rules! child_kinds {
                     stage: 0, per_set: false, gated: false, slim: $crate::children::keep_all },
                 role_bindings: ::k8s_openapi::api::rbac::v1::RoleBinding {
                     stage: 1, per_set: false, gated: false, slim: $crate::children::keep_all },
+                /// The cache a Hugging Face source's weights are fetched into, when the operator
+                /// claims it (`spec.model.source.huggingFace.cache.size`).
+                persistent_volume_claims: ::k8s_openapi::api::core::v1::PersistentVolumeClaim {
+                    stage: 0, per_set: false, gated: false, slim: $crate::children::keep_all },
+                /// The fetch of a cached Hugging Face source (`model_fetch`): engine pods wait for it.
+                jobs: ::k8s_openapi::api::batch::v1::Job {
+                    stage: 0, per_set: false, gated: false, slim: $crate::children::keep_all },
             ],
             after_pods: [
                 /// The router.

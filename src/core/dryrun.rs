@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::render::{self, InstancePods};
+use pd_api::conditions::HasStatus;
 use pd_api::{DryRunPolicy, EngineVerification, PDDeployment, Role};
 
 /// The shim the dry-run pod runs, shipped in the `shim_config_map`.
@@ -161,7 +162,7 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
         });
     }
     // Without a config ConfigMap, SGLang reads config.json where --model-path points: the source.
-    if let Some((volume, mount)) = render::model_source::volume(&spec.model).filter(|_| config.is_none()) {
+    if let Some((volume, mount)) = render::model_source::volume(name, &spec.model).filter(|_| config.is_none()) {
         mounts.push(mount);
         volumes.push(volume);
     }
@@ -322,7 +323,7 @@ pub fn read(pod: &Pod, key: &str, now: i64) -> Reading {
             }
         };
     }
-    if status.phase.as_deref() == Some("Failed") {
+    if crate::plan::Phase::of(status.phase.as_deref()) == crate::plan::Phase::Failed {
         let why = status.reason.clone().unwrap_or_default();
         return done(NO_VERDICT, format!("the dry-run pod {name} failed: {why} {}", status.message.clone().unwrap_or_default()), None);
     }
@@ -340,7 +341,7 @@ fn waiting_for(
     status: &k8s_openapi::api::core::v1::PodStatus,
     container: Option<&k8s_openapi::api::core::v1::ContainerStatus>,
 ) -> String {
-    let unscheduled = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False");
+    let unscheduled = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.is_false());
     if let Some(c) = unscheduled {
         return format!("waiting for the dry-run pod {name} to be scheduled: {}", c.message.clone().unwrap_or_default());
     }

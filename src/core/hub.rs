@@ -87,7 +87,7 @@ impl HubError {
 }
 
 /// `quote(s, safe="")` of Python: everything but unreserved characters percent-encoded.
-fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => char::from(b).to_string(),
@@ -133,13 +133,53 @@ pub fn config_map_name(name: &str) -> String {
     format!("{name}-model-config")
 }
 
+/// Where a PDDeployment's config.json comes from, decided here once for the webhook, the
+/// controller, the engine dry run and `kubectl pd`: the spec's `configMapRef`, else a Hub
+/// source's own, else nowhere (the rules fall back on the catalogue; offline, `--model-config`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigSource {
+    ConfigMap(ConfigMapKeyRef),
+    Hub(HubRequest),
+    Catalogue,
+}
+
+pub fn config_source(model: &ModelSpec) -> ConfigSource {
+    match (&model.config_map_ref, request(model)) {
+        (Some(r), _) => ConfigSource::ConfigMap(r.clone()),
+        (None, Some(req)) => ConfigSource::Hub(req),
+        (None, None) => ConfigSource::Catalogue,
+    }
+}
+
+/// Why the ConfigMap `spec.model.configMapRef` names gave no config.json.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ConfigMapError {
+    #[error("ConfigMap {ns}/{name} does not exist")]
+    Missing { ns: String, name: String },
+    #[error("reading ConfigMap {ns}/{name} took over {timeout:?}")]
+    Timeout { ns: String, name: String, timeout: Duration },
+    #[error("reading ConfigMap {ns}/{name}: {message}")]
+    Api { ns: String, name: String, message: String },
+    /// No such key, or not a config.json (`HfConfig::from_config_map`'s text).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ConfigMapError {
+    /// Whether reading again may succeed without the user changing anything.
+    pub fn transient(&self) -> bool {
+        matches!(self, ConfigMapError::Timeout { .. } | ConfigMapError::Api { .. })
+    }
+}
+
 /// The ConfigMap the rules and the engine dry run read the model's config.json from: the
 /// spec's `configMapRef`, else the one the operator keeps for a Hub source.
 pub fn config_ref(name: &str, model: &ModelSpec) -> Option<ConfigMapKeyRef> {
-    model
-        .config_map_ref
-        .clone()
-        .or_else(|| request(model).map(|_| ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }))
+    match config_source(model) {
+        ConfigSource::ConfigMap(r) => Some(r),
+        ConfigSource::Hub(_) => Some(ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }),
+        ConfigSource::Catalogue => None,
+    }
 }
 
 /// The ConfigMap keeping `text`, read from `url`, owned by the PDDeployment.
@@ -211,6 +251,9 @@ mod tests {
         assert_eq!(config_ref("x", &m).unwrap(), ConfigMapKeyRef { name: "x-model-config".into(), key: CONFIG_FILE.into() });
         let pvc: ModelSpec = serde_json::from_value(serde_json::json!({"path": "p", "source": {"pvc": {"claimName": "w"}}})).unwrap();
         assert_eq!((request(&pvc), config_ref("x", &pvc)), (None, None));
+        assert_eq!(config_source(&old), ConfigSource::ConfigMap(ConfigMapKeyRef { name: "mine".into(), key: "c".into() }));
+        assert_eq!(config_source(&m), ConfigSource::Hub(r));
+        assert_eq!(config_source(&pvc), ConfigSource::Catalogue);
     }
 
     #[test]

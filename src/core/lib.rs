@@ -10,6 +10,7 @@ pub mod handshake;
 pub mod hub;
 pub mod manifest;
 pub mod model;
+pub mod model_fetch;
 pub mod offline;
 pub mod plan;
 pub mod planner;

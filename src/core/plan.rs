@@ -11,6 +11,7 @@ use crate::render::{
     DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE,
     SIDECAR_CONTAINER, SIDECAR_UPDATED_AT,
 };
+use pd_api::conditions::HasStatus;
 use pd_api::{Role, RolloutSpec};
 
 const POD_READY: &str = "Ready";
@@ -20,6 +21,39 @@ const POD_SCHEDULED: &str = "PodScheduled";
 pub const READ_LABELS: [&str; 5] = [LABEL_ROLE, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_KV_SET];
 pub const READ_ANNOTATIONS: [&str; 4] = [DRAINING_SINCE, RANK_MAP_ANNOTATION, KV_CONTRACT, SIDECAR_UPDATED_AT];
 pub const READ_CONDITIONS: [&str; 3] = [POD_READY, POD_SCHEDULED, HANDSHAKE_CONDITION];
+
+/// A pod's `status.phase` (absent: `Pending`, as the API treats a pod not yet scheduled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    pub fn of(phase: Option<&str>) -> Self {
+        match phase {
+            None | Some("Pending") => Phase::Pending,
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            Some(_) => Phase::Unknown,
+        }
+    }
+
+    /// Ended: its containers will not run again.
+    pub fn ended(self) -> bool {
+        matches!(self, Phase::Failed | Phase::Succeeded)
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +67,7 @@ pub struct ObservedPod {
     pub set: u32,
     /// Its KV contract (`pd.inference.dev/kv-contract`), when it carries one.
     pub contract: Option<String>,
-    pub phase: String,
+    pub phase: Phase,
     pub deleting: bool,
     /// The pod's own Ready condition: containers and readiness gates.
     pub ready: bool,
@@ -106,19 +140,19 @@ impl ObservedPod {
             revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
             set: labels.get(LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0),
             contract: pod.metadata.annotations.as_ref().and_then(|a| a.get(KV_CONTRACT)).cloned(),
-            phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
+            phase: Phase::of(status.and_then(|s| s.phase.as_deref())),
             deleting: pod.metadata.deletion_timestamp.is_some(),
-            ready: condition(POD_READY).is_some_and(|c| c.status == "True"),
-            ready_since: condition(POD_READY).filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
+            ready: condition(POD_READY).is_some_and(HasStatus::is_true),
+            ready_since: condition(POD_READY).filter(|c| c.is_true()).and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
             draining_since: pod.metadata.annotations.as_ref().and_then(|a| a.get(DRAINING_SINCE)).and_then(|t| t.parse().ok()),
             sidecar_image: sidecar_image(pod),
             sidecar_probed: sidecar(pod).is_some_and(|c| c.startup_probe.is_some()),
             sidecar_updated_at: pod.metadata.annotations.as_ref().and_then(|a| a.get(SIDECAR_UPDATED_AT)).and_then(|t| t.parse().ok()),
             unschedulable: condition(POD_SCHEDULED)
-                .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+                .filter(|c| c.is_false() && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_default()),
             handshake: condition(HANDSHAKE_CONDITION).map(|c| GateCondition {
-                passed: c.status == "True",
+                passed: c.is_true(),
                 reason: c.reason.clone().unwrap_or_default(),
                 message: c.message.clone().unwrap_or_default(),
                 rank_map: pod
@@ -142,7 +176,7 @@ impl ObservedPod {
             revision: revision.into(),
             set: 0,
             contract: None,
-            phase: "Running".into(),
+            phase: Phase::Running,
             deleting: false,
             ready: true,
             ready_since: None,
@@ -156,7 +190,7 @@ impl ObservedPod {
     }
 
     fn failed(&self) -> bool {
-        matches!(self.phase.as_str(), "Failed" | "Succeeded")
+        self.phase.ended()
     }
 
     /// Whether the pod can take traffic: its Ready condition, which holds the handshake gate on
@@ -585,7 +619,7 @@ mod tests {
     fn a_failed_or_vanished_pod_recreates_its_whole_instance() {
         let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
         let mut failed = have(Role::Prefill, 0, 1, "r1");
-        failed.phase = "Failed".into();
+        failed.phase = Phase::Failed;
         let p = plan(&desired, &[], &[have(Role::Prefill, 0, 0, "r1"), failed, have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert_eq!(p.deletes[0].pods.len(), 2, "both ranks go: a multi-node engine cannot survive a lost rank");
@@ -781,7 +815,7 @@ mod tests {
         let rollout = RolloutSpec { max_surge: 1, max_unavailable: 0, drain_seconds: 0, ..RolloutSpec::default() };
         assert_eq!(plan(&desired, &surge, &observed, &rollout, now()), Plan::default());
         // A crashed instance is recreated; no surge instance is added for it.
-        observed[0].phase = "Failed".into();
+        observed[0].phase = Phase::Failed;
         let p = plan(&desired, &surge, &observed, &rollout, now());
         assert!(p.creates.iter().all(|(_, i, _)| *i == 0), "{p:?}");
     }

@@ -655,7 +655,7 @@ impl PodSlot<'_> {
             ports.push(port("dist-init", DIST_INIT_PORT));
         }
         let mut mounts = vec![VolumeMount { name: "dshm".into(), mount_path: "/dev/shm".into(), ..Default::default() }];
-        mounts.extend(model_source::volume(&spec.model).map(|(_, mount)| mount));
+        mounts.extend(model_source::volume(self.name, &spec.model).map(|(_, mount)| mount));
         mounts.extend(self.template().volume_mounts.iter().cloned());
         // Only the leader of a multi-node instance serves HTTP.
         let leader = node == 0;
@@ -688,7 +688,7 @@ impl PodSlot<'_> {
             }),
             ..Default::default()
         }];
-        volumes.extend(model_source::volume(&self.spec.model).map(|(volume, _)| volume));
+        volumes.extend(model_source::volume(self.name, &self.spec.model).map(|(volume, _)| volume));
         volumes.extend(t.volumes.iter().cloned());
         volumes
     }
@@ -1055,6 +1055,13 @@ pub fn render_sets(
     out.service_accounts.extend(account);
     out.roles.push(role);
     out.role_bindings.push(binding);
+    if let Some(fetch) = crate::model_fetch::objects(name, &ns, &spec.model, &owners, &opts.operator_image) {
+        out.jobs.push(fetch.job);
+        out.persistent_volume_claims.extend(fetch.claim);
+        out.service_accounts.push(fetch.account);
+        out.roles.push(fetch.role);
+        out.role_bindings.push(fetch.binding);
+    }
     let (instances, surge) =
         engine_instances(intent, (name, &ns, set), &owners, opts).into_iter().partition(|i| i.index < spec.instances(i.role));
     (out.instances, out.surge) = (instances, surge);

@@ -7,6 +7,7 @@
 //! the same bounds.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use pd_api::conditions::HasStatus;
 use pd_api::{PDDeploymentSpec, PDDeploymentStatus, PDRole, PDRoleStatus, Role, RoleLimits, RoleName};
 
 /// The PDDeployment condition telling whether a count asked for was clamped.
@@ -291,9 +292,9 @@ pub fn role_status(scaled: &Scaled, role: Role, present: u32, selector: String) 
 /// the Event says once per new clamp.
 pub fn limited_transition(previous: Option<&PDDeploymentStatus>, next: &PDDeploymentStatus) -> Option<String> {
     let find = |s: &PDDeploymentStatus| s.conditions.iter().find(|c| c.type_ == SCALING_LIMITED).cloned();
-    let now = find(next).filter(|c| c.status == "True")?;
+    let now = find(next).filter(HasStatus::is_true)?;
     let before = previous.and_then(find);
-    (before.is_none_or(|b| b.status != "True" || b.message != now.message)).then_some(now.message)
+    (before.is_none_or(|b| !b.is_true() || b.message != now.message)).then_some(now.message)
 }
 
 fn min_of(bounds: &RoleLimits) -> u32 {

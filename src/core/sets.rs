@@ -17,10 +17,8 @@ use crate::handshake::core::{DecodeTopology, InputError, PrefillInfo, all_failur
 use crate::plan::ObservedPod;
 use crate::release::Release;
 use crate::render::KV_CONTRACT;
-use pd_api::{KvSetStatus, Role};
+use pd_api::{KvSetStatus, KvSetStrategy, Role};
 
-pub const IN_PLACE: &str = "InPlace";
-pub const SURGE: &str = "Surge";
 /// Why a pod whose contract cannot be read makes its set one the spec's pods do not join.
 const UNJUDGED: &str = "a set that cannot be judged is not joined";
 
@@ -257,8 +255,8 @@ pub fn decide(observed: &[ObservedPod], desired: &Desired, router: Option<Router
     let settled = router.is_none_or(|r| r.settled && r.set == routed);
     let retire = live.iter().copied().filter(|s| *s != target && *s != routed && settled).collect();
     let message = if routed == target { String::new() } else { why_apart(observed, routed, desired).unwrap_or_default() };
-    let strategy = if routed == target { IN_PLACE } else { SURGE };
-    Decision { target, routed, retire, status: KvSetStatus { target, routed, strategy: strategy.into(), message } }
+    let strategy = if routed == target { KvSetStrategy::InPlace } else { KvSetStrategy::Surge };
+    Decision { target, routed, retire, status: KvSetStatus { target, routed, strategy, message } }
 }
 
 #[cfg(test)]
@@ -417,14 +415,14 @@ mod tests {
         let mut running = pair(0, &p64);
         running[1].contract = Some("{\"model\": ".into());
         let d = decide(&running, &new(&p64), router, ONE);
-        assert_eq!((d.target, d.routed, d.status.strategy.as_str()), (1, 0, SURGE));
+        assert_eq!((d.target, d.routed, d.status.strategy), (1, 0, KvSetStrategy::Surge));
         let m = &d.status.message;
         assert!(m.starts_with("pod decode-0-0 carries no readable KV contract (pd.inference.dev/kv-contract): not JSON: "), "{m}");
         assert!(m.ends_with("; a set that cannot be judged is not joined"), "{m}");
         // A running pod that carries no contract at all (made before contracts existed).
         running[1].contract = None;
         let d = decide(&running, &new(&p64), router, ONE);
-        assert_eq!((d.target, d.routed, d.status.strategy.as_str()), (1, 0, SURGE));
+        assert_eq!((d.target, d.routed, d.status.strategy), (1, 0, KvSetStrategy::Surge));
         assert_eq!(
             d.status.message,
             "pod decode-0-0 carries no KV contract (pd.inference.dev/kv-contract); a set that cannot be judged is not joined"
@@ -454,9 +452,9 @@ mod tests {
         let running = pair(0, &p64);
         let router = Some(Router { set: 0, settled: true });
         let d = decide(&running, &new(&p64), router, ONE);
-        assert_eq!((d.target, d.routed, d.retire.clone(), d.status.strategy.as_str()), (0, 0, vec![], IN_PLACE));
+        assert_eq!((d.target, d.routed, d.retire.clone(), d.status.strategy), (0, 0, vec![], KvSetStrategy::InPlace));
         let d = decide(&running, &new(&p32), router, ONE);
-        assert_eq!((d.target, d.routed, d.retire.clone(), d.status.strategy.as_str()), (1, 0, vec![], SURGE));
+        assert_eq!((d.target, d.routed, d.retire.clone(), d.status.strategy), (1, 0, vec![], KvSetStrategy::Surge));
         assert!(d.status.message.contains("Page size mismatch"), "{}", d.status.message);
     }
 
@@ -476,7 +474,7 @@ mod tests {
         let d = decide(&whole_pods, &new(&p32), Some(Router { set: 1, settled: false }), ONE);
         assert_eq!((d.routed, d.retire), (1, vec![]), "an old router pod may still pair set 0");
         let d = decide(&whole_pods, &new(&p32), Some(Router { set: 1, settled: true }), ONE);
-        assert_eq!((d.routed, d.retire, d.status.strategy.as_str()), (1, vec![0], IN_PLACE));
+        assert_eq!((d.routed, d.retire, d.status.strategy), (1, vec![0], KvSetStrategy::InPlace));
         // Once on set 1, the router stays there while an instance of it is replaced.
         let d = decide(&pods, &new(&p32), Some(Router { set: 1, settled: true }), ONE);
         assert_eq!((d.routed, d.retire), (1, vec![0]));
@@ -515,7 +513,7 @@ mod tests {
         assert_eq!(decide(&running, &same, None, ONE).target, 0, "the same revisions stay");
         let changed = Desired { revisions: ("r", "r2"), ..same };
         let d = decide(&running, &changed, Some(Router { set: 0, settled: true }), ONE);
-        assert_eq!((d.target, d.routed, d.status.strategy.as_str()), (1, 0, SURGE));
+        assert_eq!((d.target, d.routed, d.status.strategy), (1, 0, KvSetStrategy::Surge));
         assert!(d.status.message.contains("rollout.strategy is Surge"), "{}", d.status.message);
         let auto = Desired { always_surge: false, ..changed };
         assert_eq!(decide(&running, &auto, None, ONE).target, 0, "Auto rolls a compatible change in place");

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::plan::ObservedPod;
 use crate::render;
 use pd_api::Role;
+use pd_api::conditions::{HasStatus, Status};
 use pd_api::{DecodeRankMap, Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
 
 pub const READY: &str = "Ready";
@@ -47,6 +48,8 @@ pub struct StatusInputs<'a> {
     pub engine_verification: Option<pd_api::EngineVerification>,
     /// Whether a Hub source's config.json was read (`None` for specs without one).
     pub model_config: Option<crate::hub::Resolution>,
+    /// The fetch of a cached Hub source (`None` for specs without one).
+    pub model_fetch: Option<crate::model_fetch::Fetch>,
     pub now: Time,
 }
 
@@ -70,7 +73,7 @@ fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
     for i in 0..inputs.pdd.spec.instances(role) {
         let pods: Vec<&ObservedPod> = inputs.observed.iter().filter(|p| p.role == role && p.instance == i && !p.deleting).collect();
         let complete = pods.len() == nodes as usize;
-        if complete && pods.iter().all(|p| p.serving() && p.phase == "Running") {
+        if complete && pods.iter().all(|p| p.serving() && p.phase == crate::plan::Phase::Running) {
             ready += 1;
         }
         if complete && pods.iter().all(|p| p.revision == revision) {
@@ -95,12 +98,7 @@ fn current_revision(inputs: &StatusInputs, role: Role, update: &str) -> String {
 fn cond(type_: &str, ok: Option<bool>, reason: &str, message: String) -> Condition {
     Condition {
         type_: type_.into(),
-        status: match ok {
-            Some(true) => "True",
-            Some(false) => "False",
-            None => "Unknown",
-        }
-        .into(),
+        status: ok.map_or(Status::Unknown, Status::from).as_str().into(),
         reason: reason.into(),
         message,
         last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
@@ -157,7 +155,7 @@ fn role_lost(previous: Option<&PDDeploymentStatus>, role: Role, c: &RoleCount) -
         Role::Prefill => previous.prefill.ready_replicas > 0,
         Role::Decode => previous.decode.ready_replicas > 0,
     };
-    let still = previous.conditions.iter().any(|x| x.type_ == DEGRADED && x.status == "True" && x.reason == lost_reason(role));
+    let still = previous.conditions.iter().any(|x| x.type_ == DEGRADED && x.is_true() && x.reason == lost_reason(role));
     c.replicas > 0 && c.ready == 0 && (served || still)
 }
 
@@ -232,6 +230,9 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     if let Some(m) = &inputs.model_config {
         conditions.push(cond(crate::hub::CONDITION, Some(m.resolved), &m.reason, m.message.clone()));
     }
+    if let Some(f) = &inputs.model_fetch {
+        conditions.push(cond(crate::model_fetch::CONDITION, Some(f.ready), &f.reason, f.message.clone()));
+    }
     conditions.push(match &inputs.validation {
         // The rules are not run on a guess: the spec is neither valid nor invalid yet.
         _ if waiting => {
@@ -258,7 +259,8 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     }
     conditions.push(degraded(inputs, valid, &p, &d));
     let router_ok = inputs.router_ready.is_none_or(|r| r > 0);
-    conditions.push(ready(waiting, valid, [pa, da, ha], router_ok));
+    let fetching = inputs.model_fetch.as_ref().is_some_and(|f| !f.ready);
+    conditions.push(ready((waiting, fetching), valid, [pa, da, ha], router_ok));
     let role_status = |c: &RoleCount| RoleStatus {
         replicas: c.replicas,
         ready_replicas: c.ready,
@@ -282,16 +284,19 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         // The planner writes status.autoscaling under its own field manager (pd_core::planner):
         // this apply never owns it, so leaves it alone.
         autoscaling: None,
+        model: inputs.model_fetch.as_ref().map(|f| f.status.clone()),
     }
 }
 
-/// `Ready`: valid, both roles available, every decode past the handshake and the router up;
-/// otherwise the first of those that is not.
-fn ready(waiting: bool, valid: bool, [prefill, decode, handshake]: [Option<bool>; 3], router_ok: bool) -> Condition {
+/// `Ready`: valid, the weights in place, both roles available, every decode past the handshake
+/// and the router up; otherwise the first of those that is not.
+fn ready((waiting, fetching): (bool, bool), valid: bool, [prefill, decode, handshake]: [Option<bool>; 3], router_ok: bool) -> Condition {
     let not_ready_because = if waiting {
         "ModelConfigUnresolved"
     } else if !valid {
         "InvalidSpec"
+    } else if fetching && prefill != Some(true) {
+        "ModelNotReady"
     } else if prefill != Some(true) {
         "PrefillUnavailable"
     } else if decode != Some(true) {
@@ -412,7 +417,7 @@ pub fn handshake_transition(previous: Option<&PDDeploymentStatus>, next: &PDDepl
     if before.as_ref().is_some_and(|b| b.status == now.status && b.reason == now.reason) || now.status == "Unknown" {
         return None;
     }
-    let type_ = if now.status == "True" { EventKind::Normal } else { EventKind::Warning };
+    let type_ = if now.is_true() { EventKind::Normal } else { EventKind::Warning };
     Some((type_, now.reason.clone(), now.message.clone()))
 }
 
@@ -519,6 +524,7 @@ mod tests {
             page_size: None,
             scaling: None,
             model_config: None,
+            model_fetch: None,
             now: Time(jiff::Timestamp::UNIX_EPOCH),
         }
     }
@@ -542,6 +548,37 @@ mod tests {
         let status = compute(&StatusInputs { model_config: Some(read), ..one_pod_instances(&pdd, &[]) });
         let c = |t: &str| status.conditions.iter().find(|c| c.type_ == t).map(|c| c.status.clone()).unwrap();
         assert_eq!((c(crate::hub::CONDITION), c(VALIDATED)), ("True".into(), "True".into()));
+    }
+
+    #[test]
+    fn a_fetch_under_way_shows_its_figures_and_holds_ready_with_its_own_reason() {
+        let pdd = pdd();
+        let fetching = crate::model_fetch::Fetch {
+            status: pd_api::ModelFetchStatus {
+                phase: "Fetching".into(),
+                bytes: 5,
+                total_bytes: 10,
+                files: 1,
+                total_files: 2,
+                job: "j".into(),
+            },
+            ready: false,
+            reason: "Fetching".into(),
+            message: "5 of 10 bytes".into(),
+        };
+        let status = compute(&StatusInputs { model_fetch: Some(fetching.clone()), ..one_pod_instances(&pdd, &[]) });
+        let c = |s: &PDDeploymentStatus, t: &str| {
+            s.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.clone(), c.reason.clone())).unwrap()
+        };
+        assert_eq!(c(&status, crate::model_fetch::CONDITION), ("False".into(), "Fetching".into()));
+        assert_eq!(c(&status, READY), ("False".into(), "ModelNotReady".into()));
+        assert_eq!(status.model.as_ref().map(|m| (m.bytes, m.total_bytes)), Some((5, 10)));
+        let fetched = crate::model_fetch::Fetch { ready: true, reason: "Fetched".into(), ..fetching };
+        let status = compute(&StatusInputs { model_fetch: Some(fetched), ..one_pod_instances(&pdd, &[]) });
+        assert_eq!(c(&status, crate::model_fetch::CONDITION), ("True".into(), "Fetched".into()));
+        assert_eq!(c(&status, READY), ("False".into(), "PrefillUnavailable".into()), "fetched, then the engines' own readiness");
+        let none = compute(&one_pod_instances(&pdd, &[]));
+        assert!(none.model.is_none() && none.conditions.iter().all(|c| c.type_ != crate::model_fetch::CONDITION));
     }
 
     #[test]

@@ -29,10 +29,10 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn error(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub(crate) fn error(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self { severity: Severity::Error, rule, field: field.into(), message: message.into(), fix: fix.into() }
     }
-    fn warning(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub(crate) fn warning(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self { severity: Severity::Warning, ..Self::error(rule, field, message, fix) }
     }
 }
@@ -185,6 +185,25 @@ pub fn gang_api(spec: &PDDeploymentSpec, served: bool) -> Option<Finding> {
             "enable the GenericWorkload feature gate and that API version, or use gang: auto",
         )
     })
+}
+
+/// The ConfigMap `spec.model.configMapRef` names gave no config.json (`why`): the webhook's
+/// refusal and the controller's finding.
+pub fn model_config_unread(why: &str) -> Finding {
+    Finding::error(
+        "model-config-unread",
+        "spec.model.configMapRef",
+        why,
+        "create the ConfigMap with the model's HF config.json, or remove configMapRef",
+    )
+}
+
+/// What the webhook and the controller both judge of a PDDeployment in a cluster: every rule,
+/// and whether the cluster serves the gang API its placement asks for (`gang_api_served`).
+pub fn in_cluster(name: &str, spec: &PDDeploymentSpec, facts: &ModelFacts, gang_api_served: bool) -> Vec<Finding> {
+    let mut out = validate_with_facts(name, spec, facts);
+    out.extend(gang_api(spec, gang_api_served));
+    out
 }
 
 /// Runs every rule over the spec. `config` is the model's `config.json`, when available.
@@ -1393,7 +1412,8 @@ fn check_model_source(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
             "give the mirror's URL, e.g. https://hf-mirror.example",
         ));
     }
-    if source.hugging_face.is_some() {
+    // A Hub source each engine downloads mounts nothing; a cached one mounts the cache.
+    if source.hugging_face.as_ref().is_some_and(|h| h.cache.is_none()) {
         return;
     }
     for role in [Role::Prefill, Role::Decode] {

@@ -11,6 +11,7 @@ use pd_core::plan::ObservedPod;
 use pd_core::status::{DEGRADED, PROGRESSING, READY, VALIDATED};
 
 use crate::fetch::Snapshot;
+use pd_api::conditions::{HasStatus, Status};
 
 /// Conditions that are bad when True; every other condition but `Progressing` is bad when False.
 const TRUE_IS_BAD: [&str; 1] = [DEGRADED];
@@ -76,8 +77,8 @@ fn conditions(pdd: &PDDeployment) -> &[Condition] {
 fn is_bad(c: &Condition) -> bool {
     match c.type_.as_str() {
         PROGRESSING => false,
-        t if TRUE_IS_BAD.contains(&t) => c.status == "True",
-        _ => c.status != "True",
+        t if TRUE_IS_BAD.contains(&t) => c.is_true(),
+        _ => !c.is_true(),
     }
 }
 
@@ -104,7 +105,7 @@ fn pod_state(p: &ObservedPod) -> String {
     } else if p.unschedulable.is_some() {
         "Pending (Unschedulable)".into()
     } else {
-        p.phase.clone()
+        p.phase.to_string()
     }
 }
 
@@ -163,7 +164,7 @@ fn pods_table(s: &Snapshot) -> String {
     let mut rows = vec![row(["POD", "ROLE", "INSTANCE", "NODE", "KV SET", "REVISION", "PHASE", "READY", "HANDSHAKE"])];
     for p in &pods {
         let (instance, node, set) = (p.instance.to_string(), p.node.to_string(), p.set.to_string());
-        let ready = if p.ready { "True" } else { "False" };
+        let ready = Status::from(p.ready).as_str();
         rows.push(row([&p.name, p.role.as_str(), &instance, &node, &set, &p.revision, &pod_state(p), ready, &handshake_cell(p)]));
     }
     table(&rows)
@@ -250,7 +251,7 @@ pub fn explain(s: &Snapshot) -> String {
         let _ = writeln!(out, "{} is Ready: every condition holds.", id(pdd));
         return out;
     }
-    let ready = conditions(pdd).iter().any(|c| c.type_ == READY && c.status == "True");
+    let ready = conditions(pdd).iter().any(|c| c.type_ == READY && c.is_true());
     let _ = writeln!(out, "{} is {}.\n\nWhy:", id(pdd), if ready { "Ready, with problems" } else { "not Ready" });
     for c in &bad {
         let _ = writeln!(out, "  {}={} ({}): {}", c.type_, c.status, c.reason, c.message);

@@ -22,7 +22,7 @@ Exit codes:
   1  a check failed: validate found violations, render an invalid spec, handshake a failed check
   2  unreadable input: files, flags, stdin
   3  timeout: handshake run --once waited out --timeout
-  4  a runtime failure: the Kubernetes API unreachable, a port taken, the output not written";
+  4  a runtime failure: the Kubernetes API unreachable, a port taken, the output not written, a model fetch stopped";
 
 #[derive(Parser, Debug)]
 #[command(name = "pd-operator", version, about = "Prefill/decode disaggregated SGLang on Kubernetes, checked before it reaches a GPU")]
@@ -53,6 +53,9 @@ pub enum Command {
     Handshake(HandshakeCommand),
     /// Run the controller: reconcile PDDeployments into engine pods, services and a router.
     Controller(Box<ControllerArgs>),
+    /// Download a Hugging Face repository at a revision into a directory, resumable and checked
+    /// (what the fetch Job of `spec.model.source.huggingFace.cache` runs).
+    FetchModel(crate::fetch_model::FetchModelArgs),
 }
 
 #[derive(Args, Debug)]
@@ -108,6 +111,11 @@ pub struct ControllerArgs {
     /// IP addresses in the serving certificate (for a webhook reached by URL, e.g. 127.0.0.1).
     #[arg(long, value_delimiter = ',')]
     pub webhook_ip_sans: Vec<std::net::IpAddr>,
+    /// After SIGTERM the webhook keeps answering this long (not ready meanwhile) while the
+    /// apiserver and kube-proxy stop sending to this replica, then closes its connections. Keep
+    /// the pod's terminationGracePeriodSeconds above it plus 5 s.
+    #[arg(long, env = "PD_WEBHOOK_DRAIN", default_value = "10s", value_parser = parse_duration)]
+    pub webhook_drain: std::time::Duration,
     /// Kubernetes' gang scheduling API (PodGroup, scheduling.k8s.io/v1beta1): `discover` asks the
     /// cluster once at start; `off` takes it as not served (placement.gang auto schedules pods one
     /// by one, workload is refused at admission and reported Validated=False).
@@ -214,6 +222,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
         Command::Handshake(HandshakeCommand::Run(args)) => run_sidecar(args),
         Command::Controller(args) => run_controller(*args),
+        Command::FetchModel(args) => crate::fetch_model::run(args),
     }
 }
 
@@ -238,6 +247,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
         let secret_ns = args.webhook_secret_namespace.clone().unwrap_or_else(|| args.leader_election_namespace.clone());
         let webhook = args.webhook.then(|| crate::webhook::WebhookSettings {
             addr: args.webhook_addr,
+            drain: args.webhook_drain,
             certs: match args.webhook_cert_dir.clone() {
                 Some(dir) => crate::webhook::tls::CertSource::Files { dir },
                 None => crate::webhook::tls::CertSource::SelfManaged {
@@ -331,7 +341,7 @@ fn input_error(message: impl std::fmt::Display) -> ExitCode {
 
 /// Exit 4: the input was fine, but running failed (the Kubernetes API unreachable, a port taken,
 /// the output not written).
-fn runtime_error(message: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn runtime_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(4)
 }

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod controller;
+pub mod fetch_model;
 pub mod handshake;
-pub mod model_hub;
+pub mod model_config;
 pub mod webhook;

@@ -17,7 +17,7 @@ use pd_core::model::HfConfig;
 type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
 /// A client for `https` (the system's CA certificates) and plain `http` (a mirror in the cluster).
-fn client(url: &str) -> Result<Client<Https, Empty<Bytes>>, HubError> {
+pub(crate) fn client(url: &str) -> Result<Client<Https, Empty<Bytes>>, HubError> {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let tls = match hyper_rustls::HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
         Ok(builder) => builder,
@@ -74,7 +74,7 @@ async fn get(req: &HubRequest, token: Option<&str>) -> Result<(String, HfConfig)
 }
 
 /// The URI a `Location` names, relative to `from`.
-fn follow(from: &Uri, location: &str) -> Option<Uri> {
+pub(crate) fn follow(from: &Uri, location: &str) -> Option<Uri> {
     if location.starts_with('/') {
         let base = format!("{}://{}", from.scheme_str()?, from.authority()?);
         return format!("{base}{location}").parse().ok();

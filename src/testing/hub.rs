@@ -1,24 +1,41 @@
 //! A stand-in Hugging Face Hub for the tiers where the real one cannot be reached: it serves
-//! `/{repo}/resolve/{revision}/{file}` as the Hub does, 404 for what it does not hold, and 401
-//! for a gated repository asked without its token (`Authorization: Bearer`). Plain threads and
-//! `std::net`, so any test can start one.
+//! `/{repo}/resolve/{revision}/{file}` as the Hub does (with `Range`), the tree listing
+//! `/api/models/{repo}/tree/{revision}` (sizes, and the sha256 of LFS files), 404 for what it does
+//! not hold, and 401 for a gated repository asked without its token (`Authorization: Bearer`).
+//! It counts the file bytes it sends, and can be told to fail a file's next answer (a connection
+//! dropped mid-body, a corrupted body, a status). Plain threads and `std::net`, so any test can
+//! start one.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// What the stand-in holds: files by `repo/revision/file`, and the token each gated repo wants.
+/// What the stand-in holds: files by `repo/revision/file`, the sha256 of those that are LFS
+/// files (the listing gives it), and the token each gated repo wants.
 #[derive(Clone, Debug, Default)]
 pub struct HubFiles {
-    pub files: BTreeMap<String, String>,
+    pub files: BTreeMap<String, Arc<Vec<u8>>>,
+    pub lfs: BTreeMap<String, String>,
     pub gated: BTreeMap<String, String>,
 }
 
 impl HubFiles {
     /// Adds `file` of `repo` at `revision`.
-    pub fn file(mut self, repo: &str, revision: &str, file: &str, body: &str) -> Self {
-        self.files.insert(format!("{repo}/{revision}/{file}"), body.to_owned());
+    pub fn file(self, repo: &str, revision: &str, file: &str, body: &str) -> Self {
+        self.blob(repo, revision, file, body.as_bytes().to_vec(), false)
+    }
+
+    /// Adds `file` with `bytes`; `lfs`: listed as an LFS file, with its sha256.
+    pub fn blob(mut self, repo: &str, revision: &str, file: &str, bytes: Vec<u8>, lfs: bool) -> Self {
+        let key = format!("{repo}/{revision}/{file}");
+        if lfs {
+            let mut h = pd_core::model_fetch::FileHash::default();
+            h.update(&bytes);
+            self.lfs.insert(key.clone(), h.hex());
+        }
+        self.files.insert(key, Arc::new(bytes));
         self
     }
 
@@ -27,6 +44,36 @@ impl HubFiles {
         self.gated.insert(repo.to_owned(), token.to_owned());
         self
     }
+
+    /// The tree listing of `repo` at `revision`, as the Hub's API gives it.
+    fn tree(&self, repo: &str, revision: &str) -> Option<String> {
+        let prefix = format!("{repo}/{revision}/");
+        let entries: Vec<serde_json::Value> = self
+            .files
+            .iter()
+            .filter_map(|(k, body)| Some((k, k.strip_prefix(&prefix)?, body)))
+            .map(|(key, path, body)| {
+                let mut entry = serde_json::json!({"type": "file", "oid": "0", "size": body.len(), "path": path});
+                if let Some(sha256) = self.lfs.get(key) {
+                    entry["size"] = 135.into();
+                    entry["lfs"] = serde_json::json!({"oid": sha256, "size": body.len(), "pointerSize": 135});
+                }
+                entry
+            })
+            .collect();
+        (!entries.is_empty()).then(|| serde_json::Value::Array(entries).to_string())
+    }
+}
+
+/// A failure of a file's next answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Sends the headers for the whole body, then `after` bytes of it, then closes.
+    Drop { after: usize },
+    /// Sends the whole body with one byte changed.
+    Corrupt,
+    /// Answers with this status instead.
+    Status(u16),
 }
 
 /// A running stand-in; it serves until the test process exits.
@@ -35,74 +82,166 @@ pub struct HubStandIn {
     pub endpoint: String,
     /// Every request line it answered, with the status: `GET /a/b/resolve/main/config.json 200`.
     pub log: Arc<Mutex<Vec<String>>>,
+    /// File body bytes sent (resolve answers only, faults included).
+    pub served: Arc<AtomicU64>,
+    faults: Arc<Mutex<Vec<(String, Fault)>>>,
+}
+
+/// What a connection's thread shares with the stand-in.
+#[derive(Clone)]
+struct Shared {
+    files: Arc<HubFiles>,
+    log: Arc<Mutex<Vec<String>>>,
+    served: Arc<AtomicU64>,
+    faults: Arc<Mutex<Vec<(String, Fault)>>>,
 }
 
 impl HubStandIn {
     pub fn start(files: HubFiles) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the stand-in Hub");
         let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (files, shared) = (Arc::new(files), log.clone());
+        let shared = Shared { files: Arc::new(files), log: Arc::default(), served: Arc::default(), faults: Arc::default() };
+        let stand_in = Self { endpoint, log: shared.log.clone(), served: shared.served.clone(), faults: shared.faults.clone() };
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (files, log) = (files.clone(), shared.clone());
-                std::thread::spawn(move || serve(stream, &files, &log));
+                let shared = shared.clone();
+                std::thread::spawn(move || serve(stream, &shared));
             }
         });
-        Self { endpoint, log }
+        stand_in
     }
 
     pub fn requests(&self) -> Vec<String> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// The file body bytes sent so far.
+    pub fn bytes_served(&self) -> u64 {
+        self.served.load(Ordering::SeqCst)
+    }
+
+    /// Fails the next answer for a file whose request path ends with `path_suffix`.
+    pub fn inject(&self, path_suffix: &str, fault: Fault) {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).push((path_suffix.to_owned(), fault));
+    }
 }
 
-/// The status and body the Hub gives for `path` (`/{org}/{name}/resolve/{revision}/{file}`).
-pub fn answer(files: &HubFiles, path: &str, bearer: Option<&str>) -> (u16, String) {
-    let parts: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();
-    let [org, name, "resolve", revision, file] = parts[..] else { return (404, "Entry not found".into()) };
-    let repo = format!("{org}/{name}");
+/// An answer: status, body, and for a file its `Content-Range` (a 206).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Arc<Vec<u8>>,
+    pub range: Option<String>,
+    pub file: bool,
+}
+
+fn text(status: u16, body: &str) -> Answer {
+    Answer { status, body: Arc::new(body.as_bytes().to_vec()), range: None, file: false }
+}
+
+/// What the Hub gives for `path` (`/{org}/{name}/resolve/{revision}/{file}` or
+/// `/api/models/{org}/{name}/tree/{revision}`), from byte `from` of a file.
+pub fn answer(files: &HubFiles, path: &str, bearer: Option<&str>, from: Option<u64>) -> Answer {
+    let path = path.split('?').next().unwrap_or_default();
+    let parts: Vec<&str> = path.trim_start_matches('/').splitn(6, '/').collect();
+    let (repo, revision, file) = match parts[..] {
+        ["api", "models", org, name, "tree", revision] => (format!("{org}/{name}"), revision, None),
+        [org, name, "resolve", revision, ..] => {
+            let file = path.trim_start_matches('/').splitn(5, '/').nth(4).unwrap_or_default();
+            (format!("{org}/{name}"), revision, Some(file))
+        }
+        _ => return text(404, "Entry not found"),
+    };
     if let Some(token) = files.gated.get(&repo)
         && bearer != Some(token.as_str())
     {
-        return (401, format!("Access to model {repo} is restricted. You must have access to it and be authenticated to access it."));
+        return text(401, &format!("Access to model {repo} is restricted. You must have access to it and be authenticated to access it."));
     }
-    // The revision comes percent-encoded (`refs%2Fpr%2F1`).
+    // The revision (and a file's name) come percent-encoded (`refs%2Fpr%2F1`).
     let revision = revision.replace("%2F", "/");
-    match files.files.get(&format!("{repo}/{revision}/{file}")) {
-        Some(body) => (200, body.clone()),
-        None => (404, "Repository Not Found".into()),
+    let Some(file) = file else {
+        return files.tree(&repo, &revision).map_or_else(|| text(404, "Repository Not Found"), |t| text(200, &t));
+    };
+    let Some(body) = files.files.get(&format!("{repo}/{revision}/{}", file.replace("%20", " "))) else {
+        return text(404, "Repository Not Found");
+    };
+    match from.filter(|f| *f > 0) {
+        None => Answer { status: 200, body: body.clone(), range: None, file: true },
+        Some(f) if f >= body.len() as u64 => text(416, "Requested Range Not Satisfiable"),
+        Some(f) => {
+            let start = usize::try_from(f).unwrap_or(usize::MAX);
+            let range = format!("bytes {f}-{}/{}", body.len() - 1, body.len());
+            Answer { status: 206, body: Arc::new(body[start..].to_vec()), range: Some(range), file: true }
+        }
     }
 }
 
-fn serve(stream: TcpStream, files: &HubFiles, log: &Mutex<Vec<String>>) {
-    let mut reader = BufReader::new(&stream);
+/// The request's path and the headers the stand-in reads (`Authorization`, `Range`).
+fn read_request(stream: &TcpStream) -> Option<(String, Option<String>, Option<u64>)> {
+    let mut reader = BufReader::new(stream);
     let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
-        return;
-    }
-    let mut bearer = None;
+    reader.read_line(&mut request_line).ok()?;
+    let (mut bearer, mut from) = (None, None);
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
             break;
         }
-        if let Some((k, v)) = line.split_once(':')
-            && k.eq_ignore_ascii_case("authorization")
-        {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        if k.eq_ignore_ascii_case("authorization") {
             bearer = v.trim().strip_prefix("Bearer ").map(str::to_owned);
+        } else if k.eq_ignore_ascii_case("range") {
+            from = v.trim().strip_prefix("bytes=").and_then(|r| r.trim_end_matches('-').parse().ok());
         }
     }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_owned();
-    let (status, body) = answer(files, &path, bearer.as_deref());
-    log.lock().unwrap_or_else(|p| p.into_inner()).push(format!("GET {path} {status}"));
-    let reason = if status == 200 { "OK" } else { "Error" };
+    Some((request_line.split_whitespace().nth(1).unwrap_or("/").to_owned(), bearer, from))
+}
+
+fn serve(stream: TcpStream, shared: &Shared) {
+    let Some((path, bearer, from)) = read_request(&stream) else { return };
+    let mut a = answer(&shared.files, &path, bearer.as_deref(), from);
+    let fault = if a.file {
+        let mut faults = shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let at = faults.iter().position(|(suffix, _)| path.split('?').next().unwrap_or_default().ends_with(suffix.as_str()));
+        at.map(|i| faults.remove(i).1)
+    } else {
+        None
+    };
+    let mut send = a.body.len();
+    match fault {
+        Some(Fault::Status(status)) => a = text(status, "injected"),
+        Some(Fault::Drop { after }) => send = after.min(send),
+        Some(Fault::Corrupt) => {
+            let mut bad = a.body.to_vec();
+            if let Some(b) = bad.get_mut(send / 2) {
+                *b ^= 0xff;
+            }
+            a.body = Arc::new(bad);
+        }
+        None => {}
+    }
+    shared.log.lock().unwrap_or_else(|p| p.into_inner()).push(format!("GET {path} {}", a.status));
+    let reason = if a.status < 300 { "OK" } else { "Error" };
+    let range = a.range.as_ref().map(|r| format!("content-range: {r}\r\n")).unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{range}connection: close\r\n\r\n",
+        a.status,
+        a.body.len()
     );
     let mut stream = &stream;
-    let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body.as_bytes()));
+    if stream.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let body = if a.file && a.status < 300 { &a.body[..send] } else { &a.body[..] };
+    for chunk in body.chunks(64 << 10) {
+        if stream.write_all(chunk).is_err() {
+            return;
+        }
+        if a.file && a.status < 300 {
+            shared.served.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+        }
+    }
+    let _ = stream.flush();
 }
 
 /// The token the gated fixture repository wants.
@@ -140,10 +279,28 @@ mod tests {
     #[test]
     fn the_stand_in_answers_as_the_hub_does() {
         let files = fixtures();
-        assert_eq!(answer(&files, "/acme/dsv3-ft/resolve/main/config.json", None).0, 200);
-        assert_eq!(answer(&files, "/acme/nope/resolve/main/config.json", None).0, 404);
-        assert_eq!(answer(&files, "/acme/dsv3-gated/resolve/main/config.json", None).0, 401);
-        assert_eq!(answer(&files, "/acme/dsv3-gated/resolve/main/config.json", Some("wrong")).0, 401);
-        assert_eq!(answer(&files, "/acme/dsv3-gated/resolve/main/config.json", Some(GATED_TOKEN)).0, 200);
+        let status = |path: &str, bearer: Option<&str>| answer(&files, path, bearer, None).status;
+        assert_eq!(status("/acme/dsv3-ft/resolve/main/config.json", None), 200);
+        assert_eq!(status("/acme/nope/resolve/main/config.json", None), 404);
+        assert_eq!(status("/acme/dsv3-gated/resolve/main/config.json", None), 401);
+        assert_eq!(status("/acme/dsv3-gated/resolve/main/config.json", Some("wrong")), 401);
+        assert_eq!(status("/acme/dsv3-gated/resolve/main/config.json", Some(GATED_TOKEN)), 200);
+        assert_eq!(status("/api/models/acme/dsv3-gated/tree/main?recursive=true", None), 401);
+    }
+
+    #[test]
+    fn the_tree_lists_sizes_and_lfs_hashes_and_files_answer_ranges() {
+        let files = HubFiles::default().file("a/b", "main", "config.json", "{}").blob("a/b", "main", "w/x.bin", b"abc".to_vec(), true);
+        let tree = answer(&files, "/api/models/a/b/tree/main?recursive=true", None, None);
+        let listed = pd_core::model_fetch::parse_tree(&tree.body).unwrap();
+        assert_eq!(listed[1].path, "w/x.bin");
+        assert_eq!(
+            (listed[1].size, listed[1].sha256.as_deref()),
+            (3, Some("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"))
+        );
+        let part = answer(&files, "/a/b/resolve/main/w/x.bin", None, Some(1));
+        assert_eq!((part.status, part.body.as_slice(), part.range.as_deref()), (206, &b"bc"[..], Some("bytes 1-2/3")));
+        assert_eq!(answer(&files, "/a/b/resolve/main/w/x.bin", None, Some(3)).status, 416);
+        assert_eq!(answer(&files, "/api/models/a/c/tree/main", None, None).status, 404);
     }
 }

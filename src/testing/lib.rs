@@ -24,8 +24,14 @@ pub struct Cluster {
 }
 
 /// The repository's root (this crate lives in `src/testing`).
+/// The workspace's root: found at run time from the directory cargo runs the test in (its
+/// package's), since this crate's compiled-in path may be another checkout's: cargo reuses a
+/// workspace member's artifact built from another path when the sources look unchanged.
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let start = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).or_else(|| std::env::current_dir().ok());
+    start
+        .and_then(|dir| dir.ancestors().find(|d| d.join("Cargo.lock").is_file() && d.join("crds").is_dir()).map(Path::to_path_buf))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// A binary of this workspace (`pd-operator`, `pd-sim`), from the target directory the running
@@ -300,6 +306,9 @@ impl ControllerProcess {
             .args(&self.extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("PD_LOG_LEVEL", "info,pd_operator=debug")
+            // A host process is registered by URL: no Service endpoint to leave, nothing to drain
+            // for (unless the test says otherwise).
+            .env("PD_WEBHOOK_DRAIN", "0s")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -326,6 +335,35 @@ impl ControllerProcess {
         self.kill();
         self.launch_process();
         self.wait_ready();
+    }
+
+    /// SIGTERM, as the kubelet stops a pod; the process is left to end on its own.
+    pub fn terminate(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+        }
+    }
+
+    /// The exit status, once the process has ended within `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(std::process::Child::try_wait) {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// An admin endpoint's status code and body, whatever the status.
+    pub fn get_any(&self, path: &str) -> Option<(u16, String)> {
+        let url = format!("http://127.0.0.1:{}{path}", self.admin_port);
+        let o = Command::new("curl").args(["-s", "--max-time", "5", "-w", "\n%{http_code}", &url]).output().ok()?;
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (body, code) = out.rsplit_once('\n')?;
+        Some((code.parse().ok().filter(|c| *c != 0)?, body.to_owned()))
     }
 
     pub fn get(&self, path: &str) -> Option<String> {

@@ -13,9 +13,13 @@ pub const MODEL_MOUNT: &str = "/models";
 /// The engine pod's volume holding the weights.
 pub const MODEL_VOLUME: &str = "model";
 
-/// `--model-path`: the mounted directory, the Hub repository, or `path` without a source.
+/// `--model-path`: the mounted directory, the Hub repository (its directory in the cache when
+/// it has one), or `path` without a source.
 pub fn model_path(model: &ModelSpec) -> String {
     let Some(source) = &model.source else { return model.path.clone() };
+    if let Some(dir) = crate::model_fetch::cache_dir(model) {
+        return format!("{MODEL_MOUNT}/{dir}");
+    }
     if let Some(hf) = &source.hugging_face {
         return hf.repo.clone();
     }
@@ -31,16 +35,23 @@ pub fn served_name(model: &ModelSpec) -> Option<String> {
     model.served_name.clone().or_else(|| model.source.as_ref().map(|_| model.path.clone()))
 }
 
-/// `--revision`: the Hub source's, else `model.revision`.
+/// `--revision`: the Hub source's, else `model.revision`; none for a cached Hub source (its
+/// directory is that revision).
 pub fn revision(model: &ModelSpec) -> Option<String> {
+    if crate::model_fetch::cached(model).is_some() {
+        return None;
+    }
     model.source.as_ref().and_then(|s| s.hugging_face.as_ref()).and_then(|h| h.revision.clone()).or_else(|| model.revision.clone())
 }
 
-/// The read-only volume and its mount, for the sources that mount one.
-pub fn volume(model: &ModelSpec) -> Option<(Volume, VolumeMount)> {
+/// The read-only volume and its mount, for the sources that mount one (`name`: the
+/// PDDeployment's, which names a cache claim the operator makes).
+pub fn volume(name: &str, model: &ModelSpec) -> Option<(Volume, VolumeMount)> {
     let source: &ModelSource = model.source.as_ref()?;
     let mut volume = Volume { name: MODEL_VOLUME.into(), ..Default::default() };
-    if let Some(pvc) = &source.pvc {
+    if let Some(claim_name) = crate::model_fetch::claim_name(name, model) {
+        volume.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource { claim_name, read_only: Some(true) });
+    } else if let Some(pvc) = &source.pvc {
         volume.persistent_volume_claim =
             Some(PersistentVolumeClaimVolumeSource { claim_name: pvc.claim_name.clone(), read_only: Some(true) });
     } else if let Some(image) = &source.image {
@@ -54,9 +65,10 @@ pub fn volume(model: &ModelSpec) -> Option<(Volume, VolumeMount)> {
     Some((volume, mount))
 }
 
-/// `HF_ENDPOINT` and `HF_TOKEN` for a Hub source.
+/// `HF_ENDPOINT` and `HF_TOKEN` for a Hub source each engine downloads (none for a cached one:
+/// the fetch Job has them).
 pub fn env(model: &ModelSpec) -> Vec<EnvVar> {
-    let Some(hf) = model.source.as_ref().and_then(|s| s.hugging_face.as_ref()) else { return Vec::new() };
+    let Some(hf) = model.source.as_ref().and_then(|s| s.hugging_face.as_ref()).filter(|h| h.cache.is_none()) else { return Vec::new() };
     let mut env = Vec::new();
     if let Some(endpoint) = &hf.endpoint {
         env.push(EnvVar { name: "HF_ENDPOINT".into(), value: Some(endpoint.clone()), value_from: None });
@@ -90,7 +102,7 @@ mod tests {
         let m = model(serde_json::json!({"pvc": {"claimName": "weights", "path": "/qwen3-ft/"}}));
         assert_eq!(model_path(&m), "/models/qwen3-ft");
         assert_eq!(served_name(&m).as_deref(), Some("acme/qwen3-ft"));
-        let (v, mount) = volume(&m).unwrap();
+        let (v, mount) = volume("m", &m).unwrap();
         assert_eq!(v.persistent_volume_claim.unwrap().read_only, Some(true));
         assert_eq!((mount.mount_path.as_str(), mount.read_only), (MODEL_MOUNT, Some(true)));
         assert!(env(&m).is_empty());
@@ -100,9 +112,9 @@ mod tests {
     fn an_image_and_a_host_path_mount_at_the_same_place() {
         let image = model(serde_json::json!({"image": {"reference": "registry.example/qwen3:1"}}));
         assert_eq!(model_path(&image), MODEL_MOUNT);
-        assert_eq!(volume(&image).unwrap().0.image.unwrap().reference.as_deref(), Some("registry.example/qwen3:1"));
+        assert_eq!(volume("m", &image).unwrap().0.image.unwrap().reference.as_deref(), Some("registry.example/qwen3:1"));
         let host = model(serde_json::json!({"hostPath": {"path": "/mnt/models/qwen3"}}));
-        assert_eq!(volume(&host).unwrap().0.host_path.unwrap().type_.as_deref(), Some("Directory"));
+        assert_eq!(volume("m", &host).unwrap().0.host_path.unwrap().type_.as_deref(), Some("Directory"));
     }
 
     #[test]
@@ -110,7 +122,7 @@ mod tests {
         let m = model(serde_json::json!({"huggingFace": {"repo": "Qwen/Qwen3-8B", "revision": "abc123",
             "endpoint": "http://hub-mirror:8080", "tokenSecretRef": {"name": "hf"}}}));
         assert_eq!((model_path(&m), revision(&m)), ("Qwen/Qwen3-8B".to_owned(), Some("abc123".to_owned())));
-        assert!(volume(&m).is_none());
+        assert!(volume("m", &m).is_none());
         let env = env(&m);
         assert_eq!(env[0].value.as_deref(), Some("http://hub-mirror:8080"));
         let key = env[1].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
@@ -161,6 +173,6 @@ mod tests {
     fn without_a_source_nothing_changes() {
         let m: ModelSpec = serde_json::from_value(serde_json::json!({"path": "Qwen/Qwen3-8B", "revision": "r1"})).unwrap();
         assert_eq!((model_path(&m), served_name(&m), revision(&m)), ("Qwen/Qwen3-8B".to_owned(), None, Some("r1".to_owned())));
-        assert!(volume(&m).is_none() && env(&m).is_empty() && identity(&m).is_none());
+        assert!(volume("m", &m).is_none() && env(&m).is_empty() && identity(&m).is_none());
     }
 }

@@ -11,21 +11,15 @@ use k8s_openapi::api::scheduling::v1beta1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
 use super::{GPU_RESOURCE, LABEL_INSTANCE, LABEL_KV_SET, RenderOptions, common_labels, engine_pods, meta};
+use crate::validate::Finding;
 use pd_api::{Colocation, GangMode, PDDeploymentSpec, Role};
 
-/// What the cluster says about a placement: errors (the spec can never schedule) and warnings.
-#[derive(Debug, Default, PartialEq)]
-pub struct Verdict {
-    pub errors: Vec<String>,
-    pub warnings: Vec<String>,
-}
-
 /// Judges `spec.placement.topologyKey` against the cluster: the GPUs of each of its domains
-/// among `nodes` (the nodes carrying that label). Whether the cluster serves gang scheduling is
-/// `validate::gang_api`'s, which the webhook applies too.
-pub fn judge(spec: &PDDeploymentSpec, nodes: &[Node]) -> Verdict {
-    let mut v = Verdict::default();
-    let Some(key) = spec.placement.topology_key.as_deref() else { return v };
+/// among `nodes` (the nodes carrying that label). An error where an instance can never
+/// schedule, a warning where no node carries the label yet. Whether the cluster serves gang
+/// scheduling is `validate::gang_api`'s, which the webhook applies too.
+pub fn judge(spec: &PDDeploymentSpec, nodes: &[Node]) -> Vec<Finding> {
+    let Some(key) = spec.placement.topology_key.as_deref() else { return Vec::new() };
     let mut domains: BTreeMap<&str, u64> = BTreeMap::new();
     for n in nodes {
         if let Some(value) = n.metadata.labels.as_ref().and_then(|l| l.get(key)) {
@@ -33,25 +27,29 @@ pub fn judge(spec: &PDDeploymentSpec, nodes: &[Node]) -> Verdict {
         }
     }
     let Some((largest, most)) = domains.iter().max_by_key(|(_, g)| **g) else {
-        v.warnings.push(format!(
-            "spec.placement.topologyKey: no node carries the label {key:?}, so no engine pod can be scheduled (fix: label the nodes, or unset topologyKey)"
-        ));
-        return v;
+        return vec![Finding::warning(
+            "placement-no-domain",
+            "spec.placement.topologyKey",
+            format!("no node carries the label {key:?}, so no engine pod can be scheduled"),
+            "label the nodes, or unset topologyKey",
+        )];
     };
     let needed = |role: Role| spec.role(role).parallelism.gpus();
     let colocated = spec.placement.colocate == Colocation::Required;
+    let mut out = Vec::new();
     for role in [Role::Prefill, Role::Decode].into_iter().filter(|r| spec.instances(*r) > 0) {
         let want = if colocated { needed(Role::Prefill) + needed(Role::Decode) } else { needed(role) };
         if want > *most {
             let what = if colocated { "a prefill and a decode instance together need" } else { "one instance needs" };
-            v.errors.push(format!(
-                "spec.{}: {what} {want} GPUs within one {key} domain, but the largest ({key}={largest}) has {most} \
-                 (fix: a smaller layout, a larger domain, or another topologyKey)",
-                role.as_str()
+            out.push(Finding::error(
+                "placement-domain-too-small",
+                format!("spec.{}", role.as_str()),
+                format!("{what} {want} GPUs within one {key} domain, but the largest ({key}={largest}) has {most}"),
+                "a smaller layout, a larger domain, or another topologyKey",
             ));
         }
     }
-    v
+    out
 }
 
 fn gpus(n: &Node) -> u64 {
@@ -158,6 +156,7 @@ fn set_labels(name: &str, role: Role, set: u32) -> std::collections::BTreeMap<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::Severity;
 
     fn spec(placement: serde_json::Value, tp: u32) -> PDDeploymentSpec {
         let role = serde_json::json!({"parallelism": {"tp": tp}});
@@ -174,21 +173,25 @@ mod tests {
     #[test]
     fn an_instance_larger_than_every_domain_can_never_schedule() {
         let racks = [node("a", 8), node("a", 8), node("b", 8)];
-        assert_eq!(judge(&spec(serde_json::json!({"topologyKey": "rack"}), 16), &racks), Verdict::default());
+        assert_eq!(judge(&spec(serde_json::json!({"topologyKey": "rack"}), 16), &racks), Vec::new());
         let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 32), &racks);
-        assert_eq!(v.errors.len(), 2, "{v:?}");
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v.iter().all(|f| f.severity == Severity::Error && f.rule == "placement-domain-too-small"), "{v:?}");
         assert!(
-            v.errors[0].starts_with("spec.prefill: one instance needs 32 GPUs within one rack domain, but the largest (rack=a) has 16")
+            v[0].to_string()
+                .starts_with("spec.prefill: one instance needs 32 GPUs within one rack domain, but the largest (rack=a) has 16 (fix: ")
         );
         // Required colocation needs a prefill and a decode instance in one domain.
         let v = judge(&spec(serde_json::json!({"topologyKey": "rack", "colocate": "required"}), 16), &racks);
-        assert!(v.errors.iter().all(|e| e.contains("a prefill and a decode instance together need 32 GPUs")), "{v:?}");
+        assert!(v.iter().all(|f| f.message.contains("a prefill and a decode instance together need 32 GPUs")), "{v:?}");
     }
 
     #[test]
     fn no_node_with_the_label_is_a_warning() {
         let v = judge(&spec(serde_json::json!({"topologyKey": "rack"}), 8), &[]);
-        assert!(v.errors.is_empty() && v.warnings[0].contains("no node carries the label \"rack\""), "{v:?}");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!((v[0].severity, v[0].rule), (Severity::Warning, "placement-no-domain"));
+        assert!(v[0].message.contains("no node carries the label \"rack\""), "{v:?}");
     }
 
     #[test]

@@ -121,10 +121,18 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
         names.iter().filter_map(|n| self.store.get(&ObjectRef::new(n).within(ns))).collect()
     }
 
-    /// The children of PDDeployment `ns/name` (uid `uid`).
-    pub fn children(&self, ns: &str, name: &str, uid: &str) -> Vec<Arc<K>> {
-        self.labelled(ns, name).into_iter().filter(|o| super::owned_by(o.meta(), uid)).collect()
+    /// The children of `owner`.
+    pub fn children(&self, owner: Owner<'_>) -> Vec<Arc<K>> {
+        self.labelled(owner.ns, owner.name).into_iter().filter(|o| super::owned_by(o.meta(), owner.uid)).collect()
     }
+}
+
+/// A PDDeployment as the owner of children: what finds them in a cache and applies them.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner<'a> {
+    pub ns: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
 }
 
 /// A watch of `api` that keeps a cache of what it sees, and the stream that triggers reconciles.
@@ -208,7 +216,8 @@ mod tests {
         }
         let cache = Cache::new(reader, index);
         assert_eq!(cache.labelled("ns", "a").len(), 2);
-        let children: Vec<_> = cache.children("ns", "a", "u").iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        let children: Vec<_> =
+            cache.children(Owner { ns: "ns", name: "a", uid: "u" }).iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(children, ["a-0"]);
     }
 }

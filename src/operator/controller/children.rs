@@ -99,7 +99,7 @@ macro_rules! child_stores {
 
             /// Applies `rendered`'s objects of every kind stage by stage, the kinds of a stage at
             /// once; a kind kept per KV set keeps the objects of the sets in `live`.
-            pub async fn sync(&self, ctx: &Context, owner: (&str, &str, &str), rendered: &Rendered, live: &BTreeSet<String>) -> Result<(), Error> {
+            pub async fn sync(&self, ctx: &Context, owner: super::cache::Owner<'_>, rendered: &Rendered, live: &BTreeSet<String>) -> Result<(), Error> {
                 let none = BTreeSet::new();
                 for stage in 0..=pd_core::children::LAST_STAGE {
                     let mut work: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();

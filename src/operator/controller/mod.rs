@@ -35,6 +35,7 @@ use cache::{Cache, cached};
 use children::ChildStores;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
+use pd_api::conditions::HasStatus;
 use pd_core::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions, SIDECAR_CONTAINER};
 use pd_core::{plan, sets, status};
 
@@ -85,6 +86,8 @@ pub enum Error {
     Serialize { what: String, source: serde_json::Error },
     #[error("engine dry run: {0}")]
     DryRun(#[from] pd_core::dryrun::DryRunError),
+    #[error("the model's config.json: {0}")]
+    ModelConfig(pd_core::hub::ConfigMapError),
 }
 
 impl Error {
@@ -98,6 +101,7 @@ impl Error {
             Error::KvContract(_) => "kv_contract",
             Error::Serialize { .. } => "serialize",
             Error::DryRun(_) => "dry_run",
+            Error::ModelConfig(_) => "model_config",
         }
     }
 
@@ -220,19 +224,13 @@ impl Context {
 
     /// Applies each child of one kind whose desired content changed, then deletes leftovers, but
     /// for children of a KV set in `keep` (`pd.inference.dev/kv-set`).
-    async fn sync_children<K>(
-        &self,
-        store: &Cache<K>,
-        owner: (&str, &str, &str),
-        desired: &[K],
-        keep: &BTreeSet<String>,
-    ) -> Result<(), Error>
+    async fn sync_children<K>(&self, store: &Cache<K>, owner: cache::Owner<'_>, desired: &[K], keep: &BTreeSet<String>) -> Result<(), Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
-        let (ns, name, uid) = owner;
+        let ns = owner.ns;
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
-        let existing = store.children(ns, name, uid);
+        let existing = store.children(owner);
         // Unchanged children are left alone; the changed ones are applied at once.
         let mut changed = Vec::new();
         for want in desired {
@@ -356,12 +354,12 @@ fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStat
             return false;
         }
         match c.type_.as_str() {
-            status::DEGRADED => c.status == "True",
-            status::PROGRESSING => c.status == "False",
+            status::DEGRADED => c.is_true(),
+            status::PROGRESSING => c.is_false(),
             status::READY => true,
             // A clamp, or the end of one, is news to whoever scaled.
             pd_core::scaling::SCALING_LIMITED => true,
-            _ => c.status != "True",
+            _ => !c.is_true(),
         }
     })
 }
@@ -559,7 +557,9 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     let liveness = Arc::new(watchdog::Liveness::default());
     let webhook_health = settings.webhook.as_ref().map(|_| Arc::new(crate::webhook::Health::default()));
     let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
-    let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, stop.clone().cancelled_owned()));
+    // The admin server (probes, metrics) outlives the webhook's drain: /readyz says "draining".
+    let admin_stop = CancellationToken::new();
+    let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, admin_stop.clone().cancelled_owned()));
     // Asked before the webhook serves and the reconciler starts: both judge placement.gang by it.
     let workload_api = tokio::select! {
         served = async { settings.discover_workload_api && serves_pod_groups(&client).await } => served,
@@ -567,15 +567,18 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     };
     let settings = Settings { render: RenderOptions { workload_api, ..settings.render }, ..settings };
     // The webhook serves on every replica, leader or not, and outlives reconcile terms.
-    if let (Some(wh), Some(health)) = (settings.webhook.clone(), webhook_health) {
-        let (client, metrics, stop) = (client.clone(), metrics.clone(), stop.clone());
-        tokio::spawn(async move {
-            if let Err(e) = crate::webhook::serve(client, wh, workload_api, metrics, health, stop.clone().cancelled_owned()).await {
-                tracing::error!(error = %e, "the admission webhook could not start; stopping");
-                stop.cancel();
-            }
-        });
-    }
+    let webhook = match (settings.webhook.clone(), webhook_health) {
+        (Some(wh), Some(health)) => {
+            let (client, metrics, stop) = (client.clone(), metrics.clone(), stop.clone());
+            Some(tokio::spawn(async move {
+                if let Err(e) = crate::webhook::serve(client, wh, workload_api, metrics, health, stop.clone().cancelled_owned()).await {
+                    tracing::error!(error = %e, "the admission webhook could not start; stopping");
+                    stop.cancel();
+                }
+            }))
+        }
+        _ => None,
+    };
     while !stop.is_cancelled() {
         let term = stop.child_token();
         if let Some(le) = &settings.leader_election {
@@ -591,6 +594,11 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
         metrics.leader.set(0);
         liveness.set(None);
     }
+    // The webhook drains on its own clock (`--webhook-drain`), then closes its connections.
+    if let Some(webhook) = webhook {
+        let _ = webhook.await;
+    }
+    admin_stop.cancel();
     if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
         warn!("the admin server did not close its connections in time");
     }

@@ -20,7 +20,9 @@ use pd_core::sets::{self, Decision};
 use pd_core::sidecar;
 use pd_core::status;
 
+use super::cache::Owner;
 use super::{Context, Error, planner, scale, status_delay, write_status};
+use pd_api::conditions::HasStatus;
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
 use pd_core::model::ModelFacts;
@@ -29,6 +31,7 @@ use pd_core::validate::{self, Severity};
 
 mod dryrun;
 mod model_config;
+mod model_fetch;
 
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let pdd = match &guard.0 {
@@ -52,7 +55,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         // Each role's count: the PDDeployment's or its PDRole's ask, within spec.scaling. From
         // here on the PDDeployment is read with those counts (`effective`).
         ctx.stores.ready().await?;
-        let scaled = scaling::scale(&pdd.spec, &scale::asked(&ctx, (&ns, &name, &uid)));
+        let scaled = scaling::scale(&pdd.spec, &scale::asked(&ctx, Owner { ns: &ns, name: &name, uid: &uid }));
         let effective = PDDeployment { spec: scaled.apply_to(&pdd.spec), ..pdd.clone() };
         if !problems.is_empty() {
             return Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model).report_invalid(problems).await;
@@ -69,13 +72,21 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         render::grant_decode_pods(&mut rendered, &pass.name, older);
         scaling::yield_replicas(&mut rendered.pd_roles, &scaled);
         rendered.config_maps.extend(model.keep);
+        pass.share_fetch(&mut rendered);
         pass.announce_model_config().await;
         let router_ready = pass.apply_support(&rendered).await?;
+        let pass = pass.with_fetch().await?;
         let plan = pass.plan(&rendered, &sets);
-        // The gate before GPUs: no engine pod for processes SGLang has not accepted.
+        // The gates before GPUs: no engine pod for processes SGLang has not accepted, nor before
+        // its weights are in the cache.
         let gate = pass.engine_gate(&rendered, &plan).await?;
-        let outcome =
-            if gate.open { pass.apply_plan(&plan).await? } else { Outcome { requeue: gate.requeue.unwrap_or(ctx.resync), degraded: None } };
+        let fetched = model_fetch::open(pass.model_fetch.as_ref(), &plan);
+        let outcome = if gate.open && fetched {
+            pass.apply_plan(&plan).await?
+        } else {
+            let requeue = if fetched { gate.requeue } else { Some(model_fetch::POLL) };
+            Outcome { requeue: requeue.unwrap_or(ctx.resync), degraded: None }
+        };
         let outcome = Outcome { requeue: next_plan.map_or(outcome.requeue, |next| outcome.requeue.min(next)), ..outcome };
         pass.report(router_ready, outcome, (sets, &intent, &scaled), rendered.page_size, gate.verification).await
     }
@@ -106,20 +117,20 @@ async fn read_and_validate(
     if let Some((problem, _)) = &model.unresolved {
         return Ok((facts, vec![problem.clone()], model));
     }
-    let mut problems: Vec<String> = validate::validate_with_facts(name, &pdd.spec, &facts)
+    let mut problems: Vec<String> = validate::in_cluster(name, &pdd.spec, &facts, ctx.render.workload_api)
         .into_iter()
         .filter(|f| f.severity == Severity::Error)
         .map(|f| f.to_string())
         .collect();
     if let Err(e) = &config {
-        problems.push(format!("spec.model.configMapRef: {e}"));
+        problems.push(validate::model_config_unread(e).to_string());
     }
-    problems.extend(validate::gang_api(&pdd.spec, ctx.render.workload_api).map(|f| f.to_string()));
-    let placement = render::placement::judge(&pdd.spec, &topology_nodes(ctx, pdd).await?);
-    for warning in placement.warnings {
-        ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", warning).await;
+    for finding in render::placement::judge(&pdd.spec, &topology_nodes(ctx, pdd).await?) {
+        match finding.severity {
+            Severity::Error => problems.push(finding.to_string()),
+            Severity::Warning => ctx.event(pdd, EventType::Warning, "PlacementWarning", "Validate", finding.to_string()).await,
+        }
     }
-    problems.extend(placement.errors);
     Ok((facts, problems, model))
 }
 
@@ -140,6 +151,8 @@ struct Pass<'a> {
     /// A Hub source's `ModelConfigResolved` (`model_config`), and when to read it again.
     model_config: Option<pd_core::hub::Resolution>,
     retry: Option<Duration>,
+    /// A cached Hub source's fetch (`model_fetch`).
+    model_fetch: Option<pd_core::model_fetch::Fetch>,
 }
 
 /// What applying the plan left to report.
@@ -149,6 +162,11 @@ struct Outcome {
 }
 
 impl<'a> Pass<'a> {
+    /// The PDDeployment as the owner of its children.
+    fn owner(&self) -> Owner<'_> {
+        Owner { ns: &self.ns, name: &self.name, uid: &self.uid }
+    }
+
     async fn observe(ctx: &'a Context, pdd: &'a PDDeployment, ns: String, name: String, uid: String) -> Result<Self, Error> {
         ctx.stores.ready().await?;
         // One scan of the pod cache: the engine pods (owned by the PDDeployment) and its router's
@@ -176,7 +194,21 @@ impl<'a> Pass<'a> {
         // Seen in the cache: from now on, a missing pod is really gone.
         ctx.forget_pods(&ns, observed.iter().map(|o| o.name.as_str()));
         let now = Time(jiff::Timestamp::now());
-        Ok(Self { ctx, pdd, ns, name, uid, status_key, known, observed, router_pod_sets, now, model_config: None, retry: None })
+        Ok(Self {
+            ctx,
+            pdd,
+            ns,
+            name,
+            uid,
+            status_key,
+            known,
+            observed,
+            router_pod_sets,
+            now,
+            model_config: None,
+            retry: None,
+            model_fetch: None,
+        })
     }
 
     fn status_inputs<'s>(&'s self, validation: Result<(), String>, revisions: (&'s str, &'s str)) -> status::StatusInputs<'s> {
@@ -194,6 +226,7 @@ impl<'a> Pass<'a> {
             scaling: None,
             engine_verification: self.known.as_ref().and_then(|s| s.engine_verification.clone()),
             model_config: self.model_config.clone(),
+            model_fetch: self.model_fetch.clone(),
             now: self.now.clone(),
         }
     }
@@ -204,13 +237,19 @@ impl<'a> Pass<'a> {
         let was_invalid = self
             .known
             .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.status == "False" && c.message == message));
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.is_false() && c.message == message));
         if !was_invalid {
             self.ctx.event(self.pdd, EventType::Warning, "InvalidSpec", "Validate", message.clone()).await;
         }
         let next = status::compute(&self.status_inputs(Err(message), ("", "")));
         write_status(self.ctx, &self.status_key, self.known.as_ref(), &self.ns, &self.name, next).await?;
         Ok(self.retry.map_or_else(Action::await_change, Action::requeue))
+    }
+
+    /// Reads the fetch of a cached Hub source into the pass.
+    async fn with_fetch(mut self) -> Result<Self, Error> {
+        self.model_fetch = self.read_fetch().await?;
+        Ok(self)
     }
 
     /// Which KV set new pods go to and which the router pairs (`sets::decide`).
@@ -240,7 +279,7 @@ impl<'a> Pass<'a> {
     /// The router Deployment, as the cache shows it.
     fn router_deployment(&self) -> Option<Arc<Deployment>> {
         let wanted = render::router_name(&self.name);
-        let deployments = self.ctx.stores.deployments.as_ref()?.children(&self.ns, &self.name, &self.uid);
+        let deployments = self.ctx.stores.deployments.as_ref()?.children(self.owner());
         deployments.into_iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))
     }
 
@@ -259,7 +298,7 @@ impl<'a> Pass<'a> {
     /// Every support object (the kinds of `pd_core::child_kinds!`), each applied when its content
     /// changed, in the list's stages; returns the router's ready replicas when the router is enabled.
     async fn apply_support(&self, rendered: &Rendered) -> Result<Option<i32>, Error> {
-        let owner = (self.ns.as_str(), self.name.as_str(), self.uid.as_str());
+        let owner = self.owner();
         // An older KV set keeps its handshake ConfigMap and gangs while it has pods.
         let live: BTreeSet<String> = self.observed.iter().filter(|p| !p.deleting).map(|p| p.set.to_string()).collect();
         self.ctx.stores.sync(self.ctx, owner, rendered, &live).await?;
@@ -437,7 +476,7 @@ impl<'a> Pass<'a> {
             ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
         };
         let next = status::compute(&inputs);
-        scale::write_status(ctx, (&self.ns, &self.name, &self.uid), scaled, &routed).await?;
+        scale::write_status(ctx, self.owner(), scaled, &routed).await?;
         if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {
             return Ok(Action::requeue(outcome.requeue.min(wait + Duration::from_millis(50))));
         }

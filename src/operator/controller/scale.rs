@@ -10,14 +10,15 @@ use pd_core::plan::ObservedPod;
 use pd_core::render;
 use pd_core::scaling::{self, Asked, Scaled};
 
+use super::cache::Owner;
 use super::{Context, Error, FIELD_MANAGER};
 
 /// What each role's `PDRole` asks for where another field manager than the operator owns its
 /// `spec.replicas` (`scaling::ask_of`), from the cache.
-pub(super) fn asked(ctx: &Context, owner: (&str, &str, &str)) -> Asked {
-    let (ns, name, uid) = owner;
+pub(super) fn asked(ctx: &Context, owner: Owner<'_>) -> Asked {
+    let name = owner.name;
     let Some(cache) = &ctx.stores.pd_roles else { return Asked::default() };
-    let targets = cache.children(ns, name, uid);
+    let targets = cache.children(owner);
     let ask = |role: Role| {
         let wanted = pd_api::role_object_name(name, role);
         let target = targets.iter().find(|t| t.metadata.name.as_deref() == Some(wanted.as_str()))?;
@@ -28,10 +29,10 @@ pub(super) fn asked(ctx: &Context, owner: (&str, &str, &str)) -> Asked {
 
 /// Writes each `PDRole`'s status where it changed: the role's instances with pods in `observed`
 /// (the routed KV set's), the leader selector, the count run and its owner.
-pub(super) async fn write_status(ctx: &Context, owner: (&str, &str, &str), scaled: &Scaled, observed: &[ObservedPod]) -> Result<(), Error> {
-    let (ns, name, uid) = owner;
+pub(super) async fn write_status(ctx: &Context, owner: Owner<'_>, scaled: &Scaled, observed: &[ObservedPod]) -> Result<(), Error> {
+    let (ns, name) = (owner.ns, owner.name);
     let Some(cache) = &ctx.stores.pd_roles else { return Ok(()) };
-    let targets = cache.children(ns, name, uid);
+    let targets = cache.children(owner);
     let api: Api<PDRole> = Api::namespaced(ctx.client.clone(), ns);
     for role in [Role::Prefill, Role::Decode] {
         let target_name = pd_api::role_object_name(name, role);

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
 use pd_api::RankTargets;
+use pd_api::conditions::{HasStatus, Status};
 use pd_core::handshake::core::{DecodeTopology, RankMapping};
 use pd_core::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use pd_runtime::http_client;
@@ -172,7 +173,7 @@ pub fn pod_patch(agg: &Aggregate, ranks: Option<&[RankMapping]>, transition: &st
         "metadata": {"annotations": {RANK_MAP_ANNOTATION: annotation}},
         "status": {"conditions": [{
             "type": HANDSHAKE_CONDITION,
-            "status": if agg.passed { "True" } else { "False" },
+            "status": Status::from(agg.passed).as_str(),
             "reason": agg.reason,
             "message": agg.message,
             "lastTransitionTime": transition,
@@ -196,7 +197,7 @@ pub struct Inherited {
 /// serving engine).
 pub fn inherited_gate(pod: &Pod) -> Option<Inherited> {
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    let c = conditions.iter().find(|c| c.type_ == HANDSHAKE_CONDITION && c.status == "True")?;
+    let c = conditions.iter().find(|c| c.type_ == HANDSHAKE_CONDITION && c.is_true())?;
     Some(Inherited { transition: c.last_transition_time.as_ref().map(|t| t.0.to_string()).unwrap_or_default() })
 }
 

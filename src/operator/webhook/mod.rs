@@ -18,19 +18,21 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{Api, Client};
+use kube::Client;
 use thiserror::Error;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use pd_core::model::HfConfig;
+use crate::model_config;
+use pd_core::hub::ConfigSource;
 use tls::CertSource;
 
 /// The most a ConfigMap lookup, or a Hub source's config.json, may take of an admission review.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After the drain, how long open connections get to finish their reviews once told to close.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Error)]
 pub enum WebhookError {
@@ -43,6 +45,10 @@ pub enum WebhookError {
 #[derive(Clone, Debug)]
 pub struct WebhookSettings {
     pub addr: SocketAddr,
+    /// How long the webhook keeps answering after the stop signal: a terminating pod's endpoint
+    /// leaves the Service within seconds, and reviews sent to it meanwhile must still be judged
+    /// (with `failurePolicy: Fail` a refused connection refuses the object).
+    pub drain: Duration,
     pub certs: CertSource,
 }
 
@@ -52,17 +58,6 @@ struct AppState {
     metrics: Arc<crate::controller::metrics::Metrics>,
     /// Whether the cluster serves Kubernetes' gang scheduling API (the controller's finding).
     gang_api: bool,
-}
-
-async fn lookup_config(client: &Client, ns: &str, name: &str, key: &str) -> review::ConfigLookup {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let cm = match tokio::time::timeout(LOOKUP_TIMEOUT, api.get_opt(name)).await {
-        Err(_) => return Err(format!("reading ConfigMap {ns}/{name} timed out")),
-        Ok(Err(e)) => return Err(format!("reading ConfigMap {ns}/{name}: {e}")),
-        Ok(Ok(None)) => return Err(format!("ConfigMap {ns}/{name} does not exist")),
-        Ok(Ok(Some(cm))) => cm,
-    };
-    HfConfig::from_config_map(&cm, key).map(Some)
 }
 
 /// Bodies past this size are not even drained: the connection is dropped.
@@ -108,13 +103,15 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
     };
     let span = info_span!("admission", uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), operation = ?req.operation);
     async move {
-        let (config, unread) = match (review::config_ref(&req), review::hub_request(&req)) {
-            (Some((ns, name, key)), _) => (lookup_config(&state.client, &ns, &name, &key).await, None),
-            (None, Some((ns, read))) => match crate::model_hub::read(&state.client, &ns, &read, LOOKUP_TIMEOUT).await {
+        let (config, unread) = match review::config_source(&req) {
+            Some((ns, ConfigSource::ConfigMap(r))) => {
+                (model_config::config_map(&state.client, &ns, &r, LOOKUP_TIMEOUT).await.map(Some).map_err(|e| e.to_string()), None)
+            }
+            Some((ns, ConfigSource::Hub(read))) => match model_config::hub(&state.client, &ns, &read, LOOKUP_TIMEOUT).await {
                 Ok((_, config)) => (Ok(Some(config)), None),
                 Err(e) => (Ok(None), Some(review::hub_unread(&e))),
             },
-            (None, None) => (Ok(None), None),
+            Some((_, ConfigSource::Catalogue)) | None => (Ok(None), None),
         };
         let mut response = review::decide(&req, config, state.gang_api);
         // The controller's gate holds what admission could not judge on the real config.
@@ -142,10 +139,15 @@ pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>,
 pub struct Health {
     pub listening: Arc<AtomicBool>,
     pub trusted: Arc<AtomicBool>,
+    /// Stopping: it still answers, but takes no new traffic.
+    pub draining: Arc<AtomicBool>,
 }
 
 impl Health {
     pub fn ready(&self) -> Result<(), &'static str> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err("the webhook is draining before it stops");
+        }
         if !self.listening.load(Ordering::Relaxed) {
             return Err("the webhook does not listen yet");
         }
@@ -156,7 +158,9 @@ impl Health {
     }
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves until `shutdown` resolves, and for `settings.drain` after (not ready meanwhile); then
+/// tells open connections to close (HTTP/2 GOAWAY, HTTP/1 after the review in flight) and waits up
+/// to `CLOSE_GRACE` for them.
 pub async fn serve(
     client: Client,
     settings: WebhookSettings,
@@ -172,30 +176,65 @@ pub async fn serve(
     info!(addr = %settings.addr, "webhook listening (POST /validate)");
     health.listening.store(true, Ordering::Relaxed);
     let app = router(client, metrics, gang_api);
-    tokio::pin!(shutdown);
+    let drained = drain(shutdown, health.draining.clone(), settings.drain);
+    tokio::pin!(drained);
+    let close = tokio_util::sync::CancellationToken::new();
+    // Each connection holds a sender: `recv` ends once every connection has.
+    let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     loop {
         let (tcp, peer) = tokio::select! {
-            _ = &mut shutdown => break,
+            _ = &mut drained => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => { warn!(error = %e, "accept failed"); continue; }
             },
         };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone().map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new)));
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-            };
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http1().header_read_timeout(Duration::from_secs(10)).timer(hyper_util::rt::TokioTimer::new());
-            if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
+        tokio::spawn(connection(tcp, peer, acceptor.clone(), app.clone(), close.clone(), open.clone()));
+    }
+    drop((listener, open));
+    close.cancel();
+    if tokio::time::timeout(CLOSE_GRACE, all_closed.recv()).await.is_err() {
+        warn!(grace = ?CLOSE_GRACE, "webhook connections still open; stopping anyway");
     }
     info!("webhook stopped");
     Ok(())
+}
+
+/// Resolves `drain` after `shutdown`, with the webhook marked draining (not ready) meanwhile.
+async fn drain(shutdown: impl std::future::Future<Output = ()>, draining: Arc<AtomicBool>, drain: Duration) {
+    shutdown.await;
+    draining.store(true, Ordering::Relaxed);
+    info!(?drain, "webhook draining: answering reviews still sent here, then stopping");
+    tokio::time::sleep(drain).await;
+}
+
+/// One TLS connection, served until the peer ends it or `close` asks it to end gracefully.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    app: Router,
+    close: tokio_util::sync::CancellationToken,
+    _open: tokio::sync::mpsc::Sender<()>,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+    };
+    let service = TowerToHyperService::new(app.map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new)));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().header_read_timeout(Duration::from_secs(10)).timer(hyper_util::rt::TokioTimer::new());
+    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    let ended = tokio::select! {
+        ended = conn.as_mut() => ended,
+        _ = close.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
 }

@@ -1,6 +1,6 @@
 //! The admission decision, pure: an `AdmissionReview` body, the referenced model config and
 //! whether the cluster serves gang scheduling in, an `AdmissionResponse` out. Same rules and
-//! texts as `pd-operator validate`, plus the one the cluster decides (`validate::gang_api`), as
+//! texts as `pd-operator validate`, plus the one the cluster decides (`validate::in_cluster`), as
 //! the controller applies them.
 
 use kube::core::DynamicObject;
@@ -8,7 +8,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde_json::Value;
 
 use pd_api::PDDeployment;
-use pd_core::hub::{self, HubError, HubRequest};
+use pd_core::hub::{self, ConfigSource, HubError};
 use pd_core::model::{self, HfConfig};
 use pd_core::validate::{self, Severity};
 
@@ -27,25 +27,15 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
     review.try_into().map_err(|e: kube::core::admission::ConvertAdmissionReviewError| format!("AdmissionReview has no request: {e}"))
 }
 
-/// (namespace, name, key) of the ConfigMap the object references, if any.
-pub fn config_ref(req: &AdmissionRequest<DynamicObject>) -> Option<(String, String, String)> {
-    let obj = req.object.as_ref()?;
-    let r = obj.data.get("spec")?.get("model")?.get("configMapRef")?;
-    let name = r.get("name")?.as_str()?.to_owned();
-    let key = r.get("key").and_then(Value::as_str).map_or_else(pd_api::default_config_key, str::to_owned);
-    let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
-    Some((ns, name, key))
-}
-
-/// (namespace, the read) of the Hub source's config.json the object needs, if any.
-pub fn hub_request(req: &AdmissionRequest<DynamicObject>) -> Option<(String, HubRequest)> {
+/// (namespace, where its config.json comes from) of the object under review, if one is judged.
+pub fn config_source(req: &AdmissionRequest<DynamicObject>) -> Option<(String, ConfigSource)> {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return None;
     }
     let obj = req.object.as_ref()?;
-    let read = hub::request(&as_pdd(obj).ok()?.spec.model)?;
+    let source = hub::config_source(&as_pdd(obj).ok()?.spec.model);
     let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
-    Some((ns, read))
+    Some((ns, source))
 }
 
 /// The warning for a Hub source's config.json the webhook could not read in time.
@@ -88,16 +78,12 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_
         Err(e) => return resp.deny(format!("not a valid PDDeployment: {e}")),
     };
     let name = pdd.metadata.name.clone().or_else(|| (!req.name.is_empty()).then(|| req.name.clone())).unwrap_or_default();
-    let config =
-        match config {
-            Ok(c) => c,
-            Err(e) => return resp.deny(format!(
-                "{name}: spec.model.configMapRef: {e} (fix: create the ConfigMap with the model's HF config.json, or remove configMapRef)"
-            )),
-        };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => return resp.deny(format!("{name}: {}", validate::model_config_unread(&e))),
+    };
     let facts = model::resolve(&pdd.spec.model, config.as_ref());
-    let mut findings = validate::validate_with_facts(&name, &pdd.spec, &facts);
-    findings.extend(validate::gang_api(&pdd.spec, gang_api));
+    let findings = validate::in_cluster(&name, &pdd.spec, &facts, gang_api);
     let line = validate::Finding::to_string;
     let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
     let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
@@ -201,7 +187,7 @@ mod tests {
         object["spec"]["model"] =
             serde_json::json!({"path": "acme/ft", "source": {"huggingFace": {"repo": "acme/ft", "endpoint": "http://hub"}}});
         let req = parse(&review("CREATE", object)).unwrap();
-        let (ns, read) = hub_request(&req).unwrap();
+        let Some((ns, ConfigSource::Hub(read))) = config_source(&req) else { panic!("a Hub source: {:?}", config_source(&req)) };
         assert_eq!((ns.as_str(), read.url.as_str()), ("ns", "http://hub/acme/ft/resolve/main/config.json"));
         let config = |arch: &str| {
             let path = format!("{}/tests/parity/configs/{arch}.json", env!("CARGO_MANIFEST_DIR"));

@@ -33,7 +33,7 @@ pub(super) struct Decision {
 
 /// Whether the plan starts engine processes: creates pods, or takes pods of an older revision
 /// down for them. Scaling down and nothing-to-do need no verdict.
-fn starts_engines(plan: &Plan) -> bool {
+pub(super) fn starts_engines(plan: &Plan) -> bool {
     !plan.creates.is_empty() || !plan.drains.is_empty() || plan.deletes.iter().any(|d| d.reason == DeleteReason::Rollout)
 }
 
@@ -117,7 +117,7 @@ impl Pass<'_> {
 
     /// Deletes the PDDeployment's dry-run pods but `keep` (the one under way).
     async fn clean_up(&self, keep: Option<&str>) -> Result<(), Error> {
-        let pods = self.ctx.stores.pods.children(&self.ns, &self.name, &self.uid);
+        let pods = self.ctx.stores.pods.children(self.owner());
         let role = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(render::LABEL_ROLE)).cloned();
         for pod in pods.iter().filter(|p| role(p).as_deref() == Some(dryrun::DRY_RUN_ROLE) && p.metadata.deletion_timestamp.is_none()) {
             let name = pod.metadata.name.clone().unwrap_or_default();

@@ -7,18 +7,20 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
-use pd_api::PDDeployment;
-use pd_core::hub::{self, HubRequest, Resolution};
+use crate::model_config;
+use pd_api::{ConfigMapKeyRef, PDDeployment};
+use pd_core::hub::{self, ConfigSource, HubRequest, Resolution};
 use pd_core::model::HfConfig;
 
+use super::super::cache::Owner;
 use super::super::{Context, Error};
 use super::Pass;
+use pd_api::conditions::HasStatus;
 
-/// The Hub's GET in a reconcile: longer than admission's, a reconcile waits on nobody.
+/// The ConfigMap's or the Hub's GET in a reconcile: longer than admission's, a reconcile waits on nobody.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a reconcile knows of the model's config.json.
@@ -35,13 +37,17 @@ pub(super) struct ModelConfig {
 
 /// Reads the model's config: `configMapRef`, else a Hub source's (kept, or fetched).
 pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<ModelConfig, Error> {
-    let Some(req) = hub::request(&pdd.spec.model) else {
-        let config = config_map_ref(ctx, pdd, ns).await?;
-        return Ok(ModelConfig { config, resolution: None, unresolved: None, keep: None });
+    let req = match hub::config_source(&pdd.spec.model) {
+        ConfigSource::Hub(req) => req,
+        ConfigSource::ConfigMap(r) => {
+            let config = config_map_ref(ctx, ns, &r).await?;
+            return Ok(ModelConfig { config, resolution: None, unresolved: None, keep: None });
+        }
+        ConfigSource::Catalogue => return Ok(ModelConfig { config: Ok(None), resolution: None, unresolved: None, keep: None }),
     };
     let read = match kept(ctx, pdd, ns, &req) {
         Some(k) => Ok(k),
-        None => crate::model_hub::read(&ctx.client, ns, &req, FETCH_TIMEOUT).await,
+        None => model_config::hub(&ctx.client, ns, &req, FETCH_TIMEOUT).await,
     };
     let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
     Ok(match read {
@@ -64,7 +70,7 @@ pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<
 fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, req: &HubRequest) -> Option<(String, HfConfig)> {
     let (name, uid) = (pdd.metadata.name.as_deref()?, pdd.metadata.uid.as_deref()?);
     let cm_name = hub::config_map_name(name);
-    let cms = ctx.stores.config_maps.as_ref()?.children(ns, name, uid);
+    let cms = ctx.stores.config_maps.as_ref()?.children(Owner { ns, name, uid });
     let found = cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| hub::kept(cm, req));
     if found.is_none() {
         info!(url = %req.url, "reading the model's config.json from the Hub");
@@ -74,13 +80,12 @@ fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, req: &HubRequest) -> Option
 
 /// The config.json of `spec.model.configMapRef`: `Ok(Err(why))` when the reference is wrong (a
 /// finding for the user), `Err` when the API did not answer (retried).
-async fn config_map_ref(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<Result<Option<HfConfig>, String>, Error> {
-    let Some(r) = &pdd.spec.model.config_map_ref else { return Ok(Ok(None)) };
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(cm) = api.get_opt(&r.name).await? else {
-        return Ok(Err(format!("ConfigMap {}/{} (spec.model.configMapRef) does not exist", ns, r.name)));
-    };
-    Ok(HfConfig::from_config_map(&cm, &r.key).map(Some))
+async fn config_map_ref(ctx: &Context, ns: &str, r: &ConfigMapKeyRef) -> Result<Result<Option<HfConfig>, String>, Error> {
+    match model_config::config_map(&ctx.client, ns, r, FETCH_TIMEOUT).await {
+        Ok(config) => Ok(Ok(Some(config))),
+        Err(e) if e.transient() => Err(Error::ModelConfig(e)),
+        Err(e) => Ok(Err(e.to_string())),
+    }
 }
 
 impl Pass<'_> {
@@ -94,7 +99,7 @@ impl Pass<'_> {
     /// An Event when `ModelConfigResolved` turns True.
     pub(super) async fn announce_model_config(&self) {
         let Some(r) = self.model_config.as_ref().filter(|r| r.resolved) else { return };
-        let was = self.known.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == hub::CONDITION)).map(|c| c.status == "True");
+        let was = self.known.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == hub::CONDITION)).map(HasStatus::is_true);
         if was != Some(true) {
             self.ctx.event(self.pdd, EventType::Normal, "ModelConfigResolved", "ReadModelConfig", r.message.clone()).await;
         }

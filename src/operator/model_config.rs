@@ -1,19 +1,33 @@
-//! A Hugging Face source's `config.json`, as the admission webhook and the controller both read
-//! it: the token from the Secret `tokenSecretRef` names, then pd-runtime's GET of the URL
-//! pd-core's `hub` builds.
+//! The model's `config.json`, as the admission webhook and the controller both read it from the
+//! source `pd_core::hub::config_source` names: the ConfigMap `configMapRef` names, or a Hugging
+//! Face source's own (the token from the Secret `tokenSecretRef` names, then pd-runtime's GET of
+//! the URL pd-core's `hub` builds).
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use tracing::{Instrument, info_span};
 
-use pd_api::SecretKeyRef;
-use pd_core::hub::{HubError, HubRequest};
+use pd_api::{ConfigMapKeyRef, SecretKeyRef};
+use pd_core::hub::{ConfigMapError, HubError, HubRequest};
 use pd_core::model::HfConfig;
 
+/// Reads the config.json `r` names in namespace `ns`, within `timeout`.
+pub async fn config_map(client: &Client, ns: &str, r: &ConfigMapKeyRef, timeout: Duration) -> Result<HfConfig, ConfigMapError> {
+    let (n, name) = (ns.to_owned(), r.name.clone());
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = match tokio::time::timeout(timeout, api.get_opt(&r.name)).await {
+        Err(_) => return Err(ConfigMapError::Timeout { ns: n, name, timeout }),
+        Ok(Err(e)) => return Err(ConfigMapError::Api { ns: n, name, message: e.to_string() }),
+        Ok(Ok(None)) => return Err(ConfigMapError::Missing { ns: n, name }),
+        Ok(Ok(Some(cm))) => cm,
+    };
+    HfConfig::from_config_map(&cm, &r.key).map_err(ConfigMapError::Invalid)
+}
+
 /// Reads `req`'s config.json, the Secret (in namespace `ns`) and the GET within `timeout`.
-pub async fn read(client: &Client, ns: &str, req: &HubRequest, timeout: Duration) -> Result<(String, HfConfig), HubError> {
+pub async fn hub(client: &Client, ns: &str, req: &HubRequest, timeout: Duration) -> Result<(String, HfConfig), HubError> {
     let span = info_span!("hub_config", url = %req.url);
     async {
         let started = Instant::now();

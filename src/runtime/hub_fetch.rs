@@ -1,0 +1,268 @@
+//! `pd-operator fetch-model`'s I/O: list a Hub repository at a revision, download each file into
+//! `<file>.<tag>.part` (resuming with `Range` from what is there), check its size and, for LFS
+//! files, the sha256 the Hub lists, and rename it into place. A file already in place is done: a
+//! rename happens only after the checks. pd-core's `model_fetch` holds the URLs, the listing's
+//! reading and the report (`Progress`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::header::{AUTHORIZATION, CONTENT_RANGE, LINK, LOCATION, RANGE, USER_AGENT};
+use hyper::{Request, Response, Uri};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::{info, warn};
+
+use pd_core::hub::MAX_REDIRECTS;
+use pd_core::model_fetch::{self, FileHash, Progress, RepoFile};
+
+/// Attempts per file: a dropped connection resumes, a failed check starts the file again.
+pub const ATTEMPTS: u32 = 5;
+/// The longest wait for the next bytes of an answer.
+const IDLE: Duration = Duration::from_secs(60);
+/// The largest tree page read.
+const MAX_LISTING: usize = 64 << 20;
+
+/// What to fetch, and where.
+#[derive(Clone, Debug)]
+pub struct FetchSpec {
+    pub endpoint: String,
+    pub repo: String,
+    pub revision: String,
+    pub dest: PathBuf,
+    pub token: Option<String>,
+    /// Names this fetcher's `.part` files, so fetchers of two PDDeployments sharing a claim never
+    /// write the same one (a Job's retries share its tag, and resume).
+    pub part_tag: String,
+}
+
+/// Why a fetch stopped; each names the URL or file.
+#[derive(Debug, Error)]
+pub enum FetchError {
+    #[error("GET {url}: HTTP {status}{}", file.as_ref().map(|f| format!(" for {f}")).unwrap_or_default())]
+    Status { url: String, status: u16, file: Option<String> },
+    #[error("GET {url}: {message}")]
+    Transfer { url: String, message: String },
+    #[error("{file}: {message}")]
+    Check { file: String, message: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("GET {url}: {message}")]
+    Listing { url: String, message: String },
+}
+
+impl FetchError {
+    /// Worth another attempt: the network, the Hub's overload, a body that failed its check.
+    fn transient(&self) -> bool {
+        match self {
+            Self::Status { status, .. } => *status == 429 || *status >= 500,
+            Self::Transfer { .. } | Self::Check { .. } => true,
+            Self::Io { .. } | Self::Listing { .. } => false,
+        }
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FetchError + '_ {
+    move |source| FetchError::Io { path: path.display().to_string(), source }
+}
+
+/// The fetch: every file of the repository in `spec.dest`; `report` sees the progress as it goes.
+pub async fn fetch(spec: &FetchSpec, report: &mut dyn FnMut(&Progress)) -> Result<Progress, FetchError> {
+    let files = list(spec).await?;
+    let mut progress = Progress {
+        total_bytes: files.iter().map(|f| f.size).sum(),
+        total_files: u32::try_from(files.len()).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
+    info!(repo = %spec.repo, revision = %spec.revision, files = files.len(), bytes = progress.total_bytes, "fetching");
+    report(&progress);
+    for file in &files {
+        let done_before = progress.bytes;
+        fetch_file(spec, file, &mut progress, report).await?;
+        progress.bytes = done_before + file.size;
+        progress.files += 1;
+        report(&progress);
+    }
+    progress.done = true;
+    Ok(progress)
+}
+
+/// Every file of the listing, page by page.
+pub async fn list(spec: &FetchSpec) -> Result<Vec<RepoFile>, FetchError> {
+    let mut url = model_fetch::tree_url(&spec.endpoint, &spec.repo, &spec.revision);
+    let mut files = Vec::new();
+    loop {
+        let response = get(spec, &url, None).await?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            return Err(FetchError::Status { url, status, file: Some(format!("the file list of {}@{}", spec.repo, spec.revision)) });
+        }
+        let next = model_fetch::next_page(response.headers().get(LINK).and_then(|l| l.to_str().ok()));
+        let body = Limited::new(response.into_body(), MAX_LISTING).collect().await;
+        let body = body.map_err(|e| FetchError::Listing { url: url.clone(), message: e.to_string() })?.to_bytes();
+        files.extend(model_fetch::parse_tree(&body).map_err(|message| FetchError::Listing { url: url.clone(), message })?);
+        match next {
+            Some(n) => url = n,
+            None => return Ok(files),
+        }
+    }
+}
+
+/// One file, in place and checked; attempts again after a transient failure.
+async fn fetch_file(
+    spec: &FetchSpec,
+    file: &RepoFile,
+    progress: &mut Progress,
+    report: &mut dyn FnMut(&Progress),
+) -> Result<(), FetchError> {
+    let target = spec.dest.join(&file.path);
+    if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_file() && m.len() == file.size) {
+        return Ok(());
+    }
+    if let Some(parent) = target.parent() {
+        tokio::fs::create_dir_all(parent).await.map_err(io(parent))?;
+    }
+    let part = PathBuf::from(format!("{}.{}.part", target.display(), spec.part_tag));
+    let base = progress.bytes;
+    let mut attempt = 1;
+    loop {
+        match download(spec, file, &part, (base, progress), report).await {
+            Ok(()) => break,
+            Err(e) if e.transient() && attempt < ATTEMPTS => {
+                warn!(file = %file.path, attempt, error = %e, "attempt failed; trying again");
+                progress.error = Some(e.to_string());
+                report(progress);
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    progress.error = None;
+    tokio::fs::rename(&part, &target).await.map_err(io(&target))
+}
+
+/// One attempt: resume `part` from its length, then check it whole.
+async fn download(
+    spec: &FetchSpec,
+    file: &RepoFile,
+    part: &Path,
+    (base, progress): (u64, &mut Progress),
+    report: &mut dyn FnMut(&Progress),
+) -> Result<(), FetchError> {
+    let url = model_fetch::file_url(&spec.endpoint, &spec.repo, &spec.revision, &file.path);
+    let mut have = tokio::fs::metadata(part).await.map(|m| m.len()).unwrap_or(0);
+    if have > file.size {
+        tokio::fs::remove_file(part).await.map_err(io(part))?;
+        have = 0;
+    }
+    let mut hash = FileHash::default();
+    if have > 0 && file.sha256.is_some() {
+        hash_into(part, &mut hash).await?;
+    }
+    // An empty file is fetched too: its GET creates the part.
+    if have < file.size || file.size == 0 {
+        let response = get(spec, &url, (have > 0).then_some(have)).await?;
+        let status = response.status().as_u16();
+        let resumed = match status {
+            206 if content_range_start(&response) == Some(have) => true,
+            200 => false,
+            _ => return Err(FetchError::Status { url, status, file: Some(file.path.clone()) }),
+        };
+        if !resumed {
+            (have, hash) = (0, FileHash::default());
+        }
+        let mut out =
+            tokio::fs::OpenOptions::new().create(true).write(true).append(resumed).truncate(!resumed).open(part).await.map_err(io(part))?;
+        let mut body = response.into_body();
+        loop {
+            let frame = match tokio::time::timeout(IDLE, body.frame()).await {
+                Err(_) => {
+                    return Err(FetchError::Transfer { url, message: format!("no bytes for {IDLE:?} after {have} of {}", file.size) });
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(FetchError::Transfer { url, message: format!("{e} after {have} of {} bytes", file.size) }),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            out.write_all(&data).await.map_err(io(part))?;
+            hash.update(&data);
+            have += data.len() as u64;
+            progress.downloaded += data.len() as u64;
+            progress.bytes = base + have;
+            report(progress);
+        }
+        out.flush().await.map_err(io(part))?;
+    }
+    check(file, part, have, hash).await
+}
+
+/// The size the Hub lists and, for LFS files, its sha256; a file that fails starts again.
+async fn check(file: &RepoFile, part: &Path, have: u64, hash: FileHash) -> Result<(), FetchError> {
+    let fail = |message: String| FetchError::Check { file: file.path.clone(), message };
+    if have < file.size {
+        return Err(fail(format!("the answer ended after {have} of {} bytes", file.size)));
+    }
+    if have > file.size {
+        tokio::fs::remove_file(part).await.map_err(io(part))?;
+        return Err(fail(format!("{have} bytes, the Hub lists {}", file.size)));
+    }
+    if let Some(want) = &file.sha256 {
+        let got = hash.hex();
+        if &got != want {
+            tokio::fs::remove_file(part).await.map_err(io(part))?;
+            return Err(fail(format!("sha256 {got}, the Hub lists {want}; fetching it again")));
+        }
+    }
+    Ok(())
+}
+
+async fn hash_into(path: &Path, hash: &mut FileHash) -> Result<(), FetchError> {
+    let mut f = tokio::fs::File::open(path).await.map_err(io(path))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).await.map_err(io(path))?;
+        if n == 0 {
+            return Ok(());
+        }
+        hash.update(&buf[..n]);
+    }
+}
+
+/// The first byte of a `206`'s `Content-Range: bytes <start>-<end>/<size>`.
+fn content_range_start<B>(response: &Response<B>) -> Option<u64> {
+    let value = response.headers().get(CONTENT_RANGE)?.to_str().ok()?;
+    value.strip_prefix("bytes ")?.split_once('-')?.0.trim().parse().ok()
+}
+
+/// A GET of `url` (from byte `from`), following redirects; the token goes only to the
+/// endpoint's host, as huggingface_hub sends it.
+async fn get(spec: &FetchSpec, url: &str, from: Option<u64>) -> Result<Response<hyper::body::Incoming>, FetchError> {
+    let transfer = |message: String| FetchError::Transfer { url: url.to_owned(), message };
+    let mut uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| transfer(e.to_string()))?;
+    let origin = uri.authority().cloned();
+    let client = crate::hub::client(url).map_err(|e| transfer(e.to_string()))?;
+    for _ in 0..=MAX_REDIRECTS {
+        let mut builder = Request::get(uri.clone()).header(USER_AGENT, concat!("pd-operator/", env!("CARGO_PKG_VERSION")));
+        if let Some(t) = spec.token.as_deref().filter(|_| uri.authority() == origin.as_ref()) {
+            builder = builder.header(AUTHORIZATION, format!("Bearer {t}"));
+        }
+        if let Some(from) = from {
+            builder = builder.header(RANGE, format!("bytes={from}-"));
+        }
+        let request = builder.body(Empty::<Bytes>::new()).map_err(|e| transfer(e.to_string()))?;
+        let answer =
+            tokio::time::timeout(IDLE, client.request(request)).await.map_err(|_| transfer(format!("no answer within {IDLE:?}")))?;
+        let response = answer.map_err(|e| transfer(std::error::Error::source(&e).map_or(e.to_string(), |s| format!("{e}: {s}"))))?;
+        if response.status().is_redirection()
+            && let Some(next) = response.headers().get(LOCATION).and_then(|l| l.to_str().ok()).and_then(|l| crate::hub::follow(&uri, l))
+        {
+            uri = next;
+            continue;
+        }
+        return Ok(response);
+    }
+    Err(transfer(format!("more than {MAX_REDIRECTS} redirects")))
+}

@@ -1,0 +1,203 @@
+//! `pd-operator fetch-model` (what the fetch Job of `spec.model.source.huggingFace.cache` runs),
+//! the real binary as a process against the stand-in Hub, into a temporary directory: a full
+//! fetch, a dropped connection resumed with `Range`, a stopped fetch resumed by the next run, a
+//! corrupted body caught by the Hub's sha256 and fetched again, and a 404 named with the file.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use pd_core::model_fetch::Progress;
+use pd_testing::hub::{Fault, HubFiles, HubStandIn};
+
+const REPO: &str = "acme/tiny-ft";
+const SHARD1: &str = "model-00001-of-00002.safetensors";
+const SHARD2: &str = "model-00002-of-00002.safetensors";
+
+/// Bytes that differ everywhere (a corrupted or misplaced range shows).
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) as u8
+        })
+        .collect()
+}
+
+/// A small repository: two text files kept in git and two LFS weight shards of `shard` bytes.
+fn repo(shard: usize) -> (HubFiles, Vec<(String, Vec<u8>)>) {
+    let files = vec![
+        ("config.json".to_owned(), br#"{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}"#.to_vec()),
+        ("tokenizer/tokenizer.json".to_owned(), bytes(4096, 1)),
+        (SHARD1.to_owned(), bytes(shard, 2)),
+        (SHARD2.to_owned(), bytes(shard / 2 + 7, 3)),
+    ];
+    let hub =
+        files.iter().fold(HubFiles::default(), |h, (path, body)| h.blob(REPO, "main", path, body.clone(), path.ends_with(".safetensors")));
+    (hub, files)
+}
+
+fn size(files: &[(String, Vec<u8>)]) -> u64 {
+    files.iter().map(|(_, b)| b.len() as u64).sum()
+}
+
+fn fetch_model(endpoint: &str, dest: &Path, report: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+        .args(["fetch-model", "--endpoint", endpoint, "--repo", REPO, "--revision", "main", "--report-every", "1"])
+        .arg("--dest")
+        .arg(dest)
+        .arg("--termination-log")
+        .arg(report)
+        .env_remove("HF_TOKEN")
+        .output()
+        .expect("run pd-operator fetch-model")
+}
+
+fn report(path: &Path) -> Progress {
+    Progress::parse(&std::fs::read_to_string(path).unwrap()).expect("the final report is a Progress")
+}
+
+fn assert_in_place(dest: &Path, files: &[(String, Vec<u8>)]) {
+    for (path, body) in files {
+        let got = std::fs::read(dest.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(got == *body, "{path} differs from the Hub's");
+    }
+    let leftovers: Vec<_> = walk(dest).into_iter().filter(|p| p.ends_with(".part")).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path().display().to_string()] })
+        .collect()
+}
+
+#[test]
+fn a_fetch_puts_every_file_in_place_and_a_second_run_downloads_nothing() {
+    let (files, want) = repo(3 << 20);
+    let hub = HubStandIn::start(files);
+    let dir = tempfile::tempdir().unwrap();
+    let (dest, log) = (dir.path().join("acme/tiny-ft/main"), dir.path().join("report"));
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_in_place(&dest, &want);
+    let total = size(&want);
+    assert_eq!(hub.bytes_served(), total, "each byte once");
+    let r = report(&log);
+    assert_eq!((r.done, r.bytes, r.total_bytes, r.files, r.total_files, r.downloaded), (true, total, total, 4, 4, total));
+    let again = fetch_model(&hub.endpoint, &dest, &log);
+    assert!(again.status.success());
+    assert_eq!(hub.bytes_served(), total, "files in place are not fetched again");
+    assert_eq!((report(&log).downloaded, report(&log).files), (0, 4));
+}
+
+#[test]
+fn a_dropped_connection_resumes_where_it_stopped_and_so_does_the_next_run() {
+    let (files, want) = repo(3 << 20);
+    let total = size(&want);
+    let hub = HubStandIn::start(files);
+    let dir = tempfile::tempdir().unwrap();
+    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    // Mid-file twice in one run: the retries ask for the rest with Range.
+    hub.inject(SHARD1, Fault::Drop { after: 1 << 20 });
+    hub.inject(SHARD1, Fault::Drop { after: 1 << 20 });
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_in_place(&dest, &want);
+    assert_eq!(hub.bytes_served(), total, "resumed, not started again");
+    let ranged = hub.requests().iter().filter(|r| r.contains(SHARD1) && r.ends_with(" 206")).count();
+    assert_eq!(ranged, 2, "{:?}", hub.requests());
+
+    // A run that gives up mid-file (the Hub down for every attempt) leaves its part; the next
+    // run (the Job's next pod) resumes it.
+    let (files, want) = repo(3 << 20);
+    let hub = HubStandIn::start(files);
+    let dest = dir.path().join("m2");
+    hub.inject(SHARD1, Fault::Drop { after: 2 << 20 });
+    for _ in 0..4 {
+        hub.inject(SHARD1, Fault::Status(503));
+    }
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    assert_eq!(out.status.code(), Some(4));
+    let error = report(&log).error.unwrap();
+    assert!(error.contains(&format!("/{REPO}/resolve/main/{SHARD1}: HTTP 503 for {SHARD1}")), "{error}");
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_in_place(&dest, &want);
+    assert!(hub.bytes_served() < 2 * total, "{} served for {total}", hub.bytes_served());
+    assert_eq!(hub.bytes_served(), total, "the second run fetched only what the first had not");
+}
+
+#[test]
+fn a_corrupted_body_fails_the_hubs_sha256_and_is_fetched_again() {
+    let (files, want) = repo(1 << 20);
+    let hub = HubStandIn::start(files);
+    let dir = tempfile::tempdir().unwrap();
+    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    hub.inject(SHARD2, Fault::Corrupt);
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_in_place(&dest, &want);
+    let shard2 = want.iter().find(|(p, _)| p == SHARD2).unwrap().1.len() as u64;
+    assert_eq!(hub.bytes_served(), size(&want) + shard2, "the corrupted shard once more, nothing else");
+    assert!(stderr.contains(&format!("{SHARD2}: sha256 ")) && stderr.contains("the Hub lists"), "{stderr}");
+}
+
+#[test]
+fn a_missing_file_stops_the_fetch_naming_the_file_and_the_status() {
+    let (files, _) = repo(1 << 20);
+    let hub = HubStandIn::start(files);
+    let dir = tempfile::tempdir().unwrap();
+    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    hub.inject(SHARD2, Fault::Status(404));
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    assert_eq!(out.status.code(), Some(4));
+    let want = format!("GET {}/{REPO}/resolve/main/{SHARD2}: HTTP 404 for {SHARD2}", hub.endpoint);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&want), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = report(&log);
+    // The listing's order: config.json and the first shard are in place.
+    assert_eq!((r.error.as_deref(), r.done, r.files), (Some(want.as_str()), false, 2));
+    assert_eq!(hub.requests().iter().filter(|r| r.contains(SHARD2)).count(), 1, "a 404 is not retried");
+    let wrong = Command::new(env!("CARGO_BIN_EXE_pd-operator"))
+        .args(["fetch-model", "--endpoint", &hub.endpoint, "--repo", "acme/none", "--dest"])
+        .arg(dir.path().join("none"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("/api/models/acme/none/tree/main?recursive=true: HTTP 404 for the file list of acme/none@main"), "{stderr}");
+}
+
+/// The figure in docs/benchmarks.md: `cargo test --release --test fetch_model -- --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: 200 MB through the stand-in Hub"]
+fn bench_fetch_200mb() {
+    let (files, want) = repo(133 << 20);
+    let total = size(&want);
+    let hub = HubStandIn::start(files);
+    let dir = tempfile::tempdir().unwrap();
+    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    let started = Instant::now();
+    let out = fetch_model(&hub.endpoint, &dest, &log);
+    let clean = started.elapsed();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = hub.bytes_served();
+    let dest2 = dir.path().join("m2");
+    hub.inject(SHARD1, Fault::Drop { after: 64 << 20 });
+    hub.inject(SHARD2, Fault::Corrupt);
+    let started = Instant::now();
+    let out = fetch_model(&hub.endpoint, &dest2, &log);
+    let faulty = started.elapsed();
+    assert!(out.status.success());
+    let second = hub.bytes_served() - first;
+    let started = Instant::now();
+    assert!(fetch_model(&hub.endpoint, &dest2, &log).status.success());
+    let warm = started.elapsed();
+    println!("repository {total} bytes in 4 files");
+    println!("clean fetch: {first} bytes served, {:.2} s", clean.as_secs_f64());
+    println!("dropped at 64 MiB + corrupted shard: {second} bytes served, {:.2} s", faulty.as_secs_f64());
+    println!("second run over a full cache: {} bytes served, {:.2} s", hub.bytes_served() - first - second, warm.as_secs_f64());
+}
