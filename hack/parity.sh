@@ -16,7 +16,8 @@
 # The full run keeps SGLang's results in PARITY_ORACLE_CACHE (default under ~/.cache/pd-operator),
 # keyed by the oracle's code, its venv, the release's code and each process's inputs, so a rerun
 # sends only cases whose argv changed to SGLang; PARITY_ORACLE_CACHE= (empty) runs every case.
-# --sample never reads it: CI runs SGLang on every case of its sample.
+# --sample uses it too (CI): a case whose inputs are unchanged since an earlier run is judged by
+# SGLang's answer from that run; every new or changed case goes to SGLang.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REFERENCE=0.5.23
@@ -25,7 +26,7 @@ generated=${PARITY_GENERATED:-5000}
 table_args=${PARITY_TABLE_ARGS:-1000}
 cache=${PARITY_ORACLE_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/parity-oracle.jsonl}
 sample=false
-[ "${1:-}" = "--sample" ] && sample=true && cache="" && table_args=${PARITY_TABLE_ARGS:-60}
+[ "${1:-}" = "--sample" ] && sample=true && table_args=${PARITY_TABLE_ARGS:-60}
 seed=${PARITY_SEED:-15}
 python=$(hack/sglang-oracle-venv.sh | tail -n1)
 # The dry run's shim is the oracle's code: first, on every supported release's wheel.
