@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::render::{self, InstancePods};
@@ -143,7 +142,7 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
     let input = Input { model_config_dir: config.map(|_| MODEL_DIR.to_owned()), processes };
     let input_json = serde_json::to_string(&input).map_err(|e| DryRunError::Serialize(e.to_string()))?;
     let image = render::engine_image(spec, opts);
-    let key = short_hash(&serde_json::json!({"image": image, "input": input_json, "config": config, "source": spec.model.source}));
+    let key = render::short_hash(&serde_json::json!({"image": image, "input": input_json, "config": config, "source": spec.model.source}));
     let mut env = vec![EnvVar { name: INPUT_ENV.into(), value: Some(input_json), ..Default::default() }];
     env.extend(from_pod);
     let mut mounts = vec![VolumeMount { name: "shim".into(), mount_path: SHIM_DIR.into(), read_only: Some(true), ..Default::default() }];
@@ -231,11 +230,6 @@ fn pod(pdd: &PDDeployment, at: (&str, &str), key: &str, container: Container, vo
         ..Default::default()
     });
     pod
-}
-
-fn short_hash(inputs: &serde_json::Value) -> String {
-    let digest = Sha256::digest(inputs.to_string().as_bytes());
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }
 
 /// One process of the shim's verdict.

@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use crate::model::HfConfig;
 use crate::render;
-use pd_api::{ConfigMapKeyRef, ModelSpec, PDDeployment, SecretKeyRef};
+use pd_api::{ConfigMapKeyRef, HuggingFaceSource, ModelSpec, PDDeployment, SecretKeyRef};
 
 /// huggingface_hub's default `HF_ENDPOINT`.
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
@@ -96,12 +96,18 @@ pub fn quote(s: &str) -> String {
         .collect()
 }
 
+/// The Hub a source reads from (the fetch Job too): its endpoint without the trailing slash.
+pub fn endpoint(hf: &HuggingFaceSource) -> &str {
+    hf.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT).trim_end_matches('/')
+}
+
 /// The read a spec needs: a Hub source and no `configMapRef` (which, given, wins).
 pub fn request(model: &ModelSpec) -> Option<HubRequest> {
     let hf = model.source.as_ref()?.hugging_face.as_ref().filter(|_| model.config_map_ref.is_none())?;
     // `hf_hub_url`: HF_ENDPOINT without its trailing slash, the revision quoted, `main` by default.
-    let endpoint = hf.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT).trim_end_matches('/');
-    let revision = render::model_source::revision(model).unwrap_or_else(|| "main".into());
+    let endpoint = endpoint(hf);
+    // The revision asked for, cached or not: a cached source's fetch Job fetches that one too.
+    let revision = crate::model_fetch::revision(model);
     let url = format!("{endpoint}/{}/resolve/{}/{CONFIG_FILE}", hf.repo, quote(&revision));
     Some(HubRequest { repo: hf.repo.clone(), url, token: hf.token_secret_ref.clone() })
 }
@@ -245,6 +251,8 @@ mod tests {
             "source": {"huggingFace": {"repo": "acme/ft"}}}))
         .unwrap();
         assert!(request(&old).unwrap().url.ends_with("/resolve/v1/config.json"), "model.revision without the source's");
+        let cached = model(serde_json::json!({"repo": "acme/ft", "revision": "v2", "cache": {"size": "10Gi"}}));
+        assert!(request(&cached).unwrap().url.ends_with("/resolve/v2/config.json"), "a cached source's config.json is its revision's");
         old.config_map_ref = Some(ConfigMapKeyRef { name: "mine".into(), key: "c".into() });
         assert_eq!(request(&old), None, "a configMapRef wins");
         assert_eq!(config_ref("x", &old).unwrap().name, "mine");

@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::render;
+use crate::{hub, render};
 use pd_api::conditions::HasStatus;
 use pd_api::{HuggingFaceSource, ModelCache, ModelFetchStatus, ModelSpec};
 
@@ -55,8 +55,7 @@ pub fn cached(model: &ModelSpec) -> Option<Cached<'_>> {
 
 /// The revision fetched: the source's, else `model.revision`, else `main`.
 pub fn revision(model: &ModelSpec) -> String {
-    let hf = model.source.as_ref().and_then(|s| s.hugging_face.as_ref());
-    hf.and_then(|h| h.revision.clone()).or_else(|| model.revision.clone()).unwrap_or_else(|| "main".into())
+    render::model_source::requested_revision(model).unwrap_or_else(|| "main".into())
 }
 
 /// The model's directory inside the cache volume: `<repo>/<revision>` (a `/` of the revision,
@@ -64,16 +63,6 @@ pub fn revision(model: &ModelSpec) -> String {
 pub fn cache_dir(model: &ModelSpec) -> Option<String> {
     let c = cached(model)?;
     Some(format!("{}/{}", c.hf.repo.trim_matches('/'), revision(model).replace('/', "--")))
-}
-
-/// The Hub's URL the Job fetches from.
-pub fn endpoint(hf: &HuggingFaceSource) -> &str {
-    hf.endpoint.as_deref().unwrap_or(crate::hub::DEFAULT_ENDPOINT).trim_end_matches('/')
-}
-
-fn short_hash(inputs: &serde_json::Value) -> String {
-    let digest = Sha256::digest(inputs.to_string().as_bytes());
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }
 
 /// The cache's claim: the one `claimName` names, else the operator's for PDDeployment `name`,
@@ -84,7 +73,7 @@ pub fn claim_name(name: &str, model: &ModelSpec) -> Option<String> {
     if let Some(claim) = &c.cache.claim_name {
         return Some(claim.clone());
     }
-    let hash = short_hash(&serde_json::json!({"class": c.cache.storage_class_name, "size": c.cache.size}));
+    let hash = render::short_hash(&serde_json::json!({"class": c.cache.storage_class_name, "size": c.cache.size}));
     Some(format!("{name}-model-cache-{hash}"))
 }
 
@@ -94,8 +83,8 @@ pub fn claim_name(name: &str, model: &ModelSpec) -> Option<String> {
 /// others read it (a Job's pod template cannot change: a new revision is a new Job).
 pub fn job_name(name: &str, model: &ModelSpec) -> Option<String> {
     let c = cached(model)?;
-    let hash = short_hash(&serde_json::json!({
-        "endpoint": endpoint(c.hf), "repo": c.hf.repo, "revision": revision(model),
+    let hash = render::short_hash(&serde_json::json!({
+        "endpoint": hub::endpoint(c.hf), "repo": c.hf.repo, "revision": revision(model),
         "claim": claim_name(name, model), "token": c.hf.token_secret_ref,
     }));
     Some(format!("{ROLE}-{hash}"))
@@ -222,7 +211,8 @@ fn fetch_pod(c: Cached<'_>, model: &ModelSpec, names: Names<'_>, image: &str) ->
     let Names { deployment: name, job, claim } = names;
     let dest = format!("{CACHE_MOUNT}/{}", cache_dir(model).unwrap_or_default());
     let mut args: Vec<String> = vec![SUBCOMMAND.into()];
-    for (flag, value) in [("--endpoint", endpoint(c.hf)), ("--repo", &c.hf.repo), ("--revision", &revision(model)), ("--dest", &dest)] {
+    for (flag, value) in [("--endpoint", hub::endpoint(c.hf)), ("--repo", &c.hf.repo), ("--revision", &revision(model)), ("--dest", &dest)]
+    {
         args.extend([flag.to_owned(), value.to_owned()]);
     }
     args.extend(["--progress-job".into(), job.to_owned(), "--termination-log".into(), "/dev/termination-log".into()]);

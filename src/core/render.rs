@@ -303,7 +303,8 @@ fn revision_inputs(spec: &PDDeploymentSpec, role: Role) -> serde_json::Value {
     })
 }
 
-fn short_hash(inputs: &serde_json::Value) -> String {
+/// Ten hex digits of the SHA-256 of `inputs`: revisions, cache keys and child names.
+pub(crate) fn short_hash(inputs: &serde_json::Value) -> String {
     let digest = Sha256::digest(inputs.to_string().as_bytes());
     digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }

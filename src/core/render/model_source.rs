@@ -35,13 +35,17 @@ pub fn served_name(model: &ModelSpec) -> Option<String> {
     model.served_name.clone().or_else(|| model.source.as_ref().map(|_| model.path.clone()))
 }
 
-/// `--revision`: the Hub source's, else `model.revision`; none for a cached Hub source (its
-/// directory is that revision).
+/// The revision the spec asks for: the Hub source's, else `model.revision`.
+pub fn requested_revision(model: &ModelSpec) -> Option<String> {
+    model.source.as_ref().and_then(|s| s.hugging_face.as_ref()).and_then(|h| h.revision.clone()).or_else(|| model.revision.clone())
+}
+
+/// `--revision`: the requested one; none for a cached Hub source (its directory is that revision).
 pub fn revision(model: &ModelSpec) -> Option<String> {
     if crate::model_fetch::cached(model).is_some() {
         return None;
     }
-    model.source.as_ref().and_then(|s| s.hugging_face.as_ref()).and_then(|h| h.revision.clone()).or_else(|| model.revision.clone())
+    requested_revision(model)
 }
 
 /// The read-only volume and its mount, for the sources that mount one (`name`: the
