@@ -248,6 +248,29 @@ pub struct ProcessVerdict {
     pub error: Option<String>,
 }
 
+/// The handshake between the first prefill and decode processes, by SGLang's own KV managers and
+/// bootstrap server (`ran: false` with a `note` where the release cannot place ranks).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct HandshakeVerdict {
+    pub ok: bool,
+    #[serde(default)]
+    pub ran: bool,
+    /// `decode_handshake` (the decode's checks of the prefill's topology), `prefill_sender` (the
+    /// prefill's answer to a decode registration), `prefill_register`, or `done`.
+    #[serde(default)]
+    pub stage: Option<String>,
+    #[serde(default)]
+    pub error_type: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    #[serde(default)]
+    pub prefill_profile: Option<String>,
+    #[serde(default)]
+    pub decode_profile: Option<String>,
+}
+
 /// The shim's verdict, as its termination message carries it.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct Verdict {
@@ -256,12 +279,15 @@ pub struct Verdict {
     pub sglang: Option<String>,
     #[serde(default)]
     pub processes: Vec<ProcessVerdict>,
+    /// Absent from shims older than the handshake stage.
+    #[serde(default)]
+    pub handshake: Option<HandshakeVerdict>,
 }
 
 impl Verdict {
-    /// SGLang's text per refused process.
+    /// SGLang's text per refused process, and the handshake's.
     pub fn refusals(&self) -> String {
-        let texts: Vec<String> = self
+        let mut texts: Vec<String> = self
             .processes
             .iter()
             .filter(|p| !p.ok)
@@ -272,7 +298,28 @@ impl Verdict {
                 format!("{} node {}{on}: SGLang refused it at {stage}: {kind}{}", p.role, p.node, p.error.as_deref().unwrap_or(""))
             })
             .collect();
+        if let Some(h) = self.handshake.as_ref().filter(|h| !h.ok) {
+            let on = |p: &Option<String>| p.as_deref().map(|a| format!(" on {a}")).unwrap_or_default();
+            let kind = h.error_type.as_deref().map(|t| format!("{t}: ")).unwrap_or_default();
+            texts.push(format!(
+                "the handshake of decode node 0{} with prefill node 0{}: SGLang refused it at {}: {kind}{}",
+                on(&h.decode_profile),
+                on(&h.prefill_profile),
+                h.stage.as_deref().unwrap_or("handshake"),
+                h.error.as_deref().unwrap_or("")
+            ));
+        }
         if texts.is_empty() { "SGLang refused the processes (no process named)".into() } else { texts.join("; ") }
+    }
+
+    /// What a passing verdict says: the release, and whether its code judged the handshake too.
+    pub fn accepted(&self) -> String {
+        let release = self.sglang.as_deref().unwrap_or("?");
+        match &self.handshake {
+            Some(h) if h.ran => format!("SGLang {release} accepts every process and the handshake of the two roles"),
+            Some(h) => format!("SGLang {release} accepts every process; {}", h.note.as_deref().unwrap_or("the handshake was not run")),
+            None => format!("SGLang {release} accepts every process"),
+        }
     }
 }
 
@@ -305,10 +352,7 @@ pub fn read(pod: &Pod, key: &str, now: i64) -> Reading {
     }
     if let Some(t) = container.and_then(|c| c.state.as_ref()?.terminated.clone()) {
         return match t.message.as_deref().map(serde_json::from_str::<Verdict>) {
-            Some(Ok(v)) if v.ok => {
-                let message = format!("SGLang {} accepts every process", v.sglang.as_deref().unwrap_or("?"));
-                done(VERIFIED, message, v.sglang)
-            }
+            Some(Ok(v)) if v.ok => done(VERIFIED, v.accepted(), v.sglang.clone()),
             Some(Ok(v)) => done(REFUSED, v.refusals(), v.sglang),
             _ => {
                 let said = t.message.as_deref().map(|m| m.chars().take(600).collect::<String>()).unwrap_or_default();
@@ -514,6 +558,16 @@ spec:
         let Reading::Done(v) = read(&ended(refused, 0), "k", 0) else { panic!() };
         assert_eq!(v.result, REFUSED);
         assert_eq!(v.message, "prefill node 0 on H100: SGLang refused it at parse: SystemExit: unrecognized arguments: --no-such-flag");
+        let handshake = r#"{"v":1,"ok":false,"sglang":"0.5.23","processes":[{"role":"prefill","node":0,"ok":true},{"role":"decode","node":0,"ok":true}],"handshake":{"ok":false,"ran":true,"stage":"prefill_sender","error_type":"RuntimeError","error":"Unsupported PD DCP topology: 2 -> 4","prefill_profile":"H100","decode_profile":"H200"}}"#;
+        let Reading::Done(v) = read(&ended(handshake, 0), "k", 0) else { panic!() };
+        assert_eq!(v.result, REFUSED);
+        assert_eq!(
+            v.message,
+            "the handshake of decode node 0 on H200 with prefill node 0 on H100: SGLang refused it at prefill_sender: RuntimeError: Unsupported PD DCP topology: 2 -> 4"
+        );
+        let unjudged = r#"{"v":1,"ok":true,"sglang":"0.5.20","processes":[],"handshake":{"ok":true,"ran":false,"note":"SGLang 0.5.20 places no ranks at publish"}}"#;
+        let Reading::Done(v) = read(&ended(unjudged, 0), "k", 0) else { panic!() };
+        assert_eq!((v.result.as_str(), v.message.as_str()), (VERIFIED, "SGLang 0.5.20 accepts every process; SGLang 0.5.20 places no ranks at publish"));
         let Reading::Done(v) = read(&ended("python3: not found", 127), "k", 0) else { panic!() };
         assert_eq!(v.result, NO_VERDICT);
         assert!(v.message.contains("exit code 127"), "{}", v.message);

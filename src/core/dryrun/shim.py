@@ -294,9 +294,9 @@ def fake_ib_devices(argv):
     os.listdir = lambda p=".": sorted(names) if p == sysfs else listdir(p)
 
 
-def run_process(proc, model_dir):
-    """Child body: one engine process's start-up; returns the result dict. `model_dir` holds the
-    model's config.json and replaces the argv's model path; None leaves the path to SGLang."""
+def process_argv(proc, model_dir):
+    """The process's argv and environment, installed in this (child) process: the model path
+    replaced by `model_dir` when given, the named InfiniBand devices answered, a clean environment."""
     import logging
 
     logging.disable(logging.CRITICAL)
@@ -307,6 +307,13 @@ def run_process(proc, model_dir):
     fake_ib_devices(argv)
     os.environ.clear()
     os.environ.update(clean_env(dict(proc.get("env", [])), offline=model_dir is not None))
+    return argv
+
+
+def run_process(proc, model_dir):
+    """Child body: one engine process's start-up; returns the result dict. `model_dir` holds the
+    model's config.json and replaces the argv's model path; None leaves the path to SGLang."""
+    argv = process_argv(proc, model_dir)
     from sglang.srt.server_args import prepare_server_args
 
     stage = "parse"
@@ -376,6 +383,230 @@ def model_dir_for(config, cache):
     return cache[key]
 
 
+# ---- The PD handshake, by SGLang's own code ------------------------------------------------------
+# After every process started, the first prefill and decode processes (node 0 of each role) meet as
+# they do at the first request: each prefill rank's KV manager registers with a real
+# `CommonKVBootstrapServer` over HTTP (`register_to_bootstrap`), each decode rank's KV manager asks
+# it (`try_ensure_parallel_info`: page size, KV dtype and layout, DCP, CP, PP checks and the rank
+# mapping), and each prefill rank a decode rank pulls from answers the decode's registration
+# (`requires_dcp_relayout`). Ranks are placed by the release's own launcher placement
+# (`runtime_context.publish(..., ranks=SpawnRanks(world_rank))`, from 0.5.21). The KV managers are
+# SGLang's `CommonKVManager`, built by its own __init__ on KV arguments that hold what the
+# handshake reads: the resolved page size, the model runner's KV dtype string
+# (`configure_kv_cache_dtype`), the pool's kind (`AttentionArch.MLA`, `mambaish_config`) and
+# the DeepSeek-V4 KV layout. Buffers (pointers, item lengths) need a GPU and are not built.
+
+
+def handshake_pair(case, results):
+    """The node-0 prefill and decode processes, when both passed their start-up."""
+    first = {}
+    for proc, res in zip(case["processes"], results):
+        if proc["node"] == 0 and res.get("ok") and proc["role"] not in first:
+            first[proc["role"]] = proc
+    return (first["prefill"], first["decode"]) if {"prefill", "decode"} <= first.keys() else None
+
+
+def started(proc, model_dir):
+    """The process's server arguments after SGLang's start-up (they passed it before)."""
+    from sglang.srt.server_args import prepare_server_args
+
+    sa = prepare_server_args(process_argv(proc, model_dir))
+    sa.resolve_once()
+    sa.check_server_args()
+    parallel_state_checks(sa)
+    return sa
+
+
+def placements(sa):
+    """(world_rank, dp_rank) of every scheduler of one instance, as the launcher spawns them."""
+    from sglang.srt.runtime_context import get_parallel
+
+    parallel = get_parallel()
+    world = parallel.tp_size * parallel.pp_size
+    replicas = [None] if sa.enable_dp_attention or sa.dp_size == 1 else list(range(sa.dp_size))
+    return [(r, d) for d in replicas for r in range(world)]
+
+
+def pool_kind(sa):
+    """(is_mla_backend, is_hybrid_mla_backend) of the pool the model runner builds."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+    from sglang.srt.configs.model_config import AttentionArch
+
+    model_config = model_config_of(sa)
+    mla = model_config.attention_arch == AttentionArch.MLA
+    hybrid = mambaish_config(model_config) is not None
+    return (mla and not hybrid, mla and hybrid)
+
+
+def kv_dtype_str():
+    """The model runner's KV dtype string (`configure_kv_cache_dtype`, the model not loaded)."""
+    import torch
+
+    from sglang.srt.runtime_context import get_model
+
+    try:
+        from sglang.srt.mem_cache import kv_cache_dtype as kvd
+    except ImportError:  # before the function had its own module: the server argument
+        return get_model().kv_cache_dtype
+    resolved, _ = kvd.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=torch.bfloat16,
+        is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+    return resolved if resolved is not None else get_model().kv_cache_dtype
+
+
+def kv_manager(sa, mode, placement, kind, layout):
+    """SGLang's CommonKVManager for one rank, built by its own __init__."""
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.disaggregation.base.conn import KVArgs
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+
+    world_rank, dp_rank = placement
+    rc.publish(sa, role="scheduler", ranks=rc.SpawnRanks(world_rank=world_rank, dp_rank=dp_rank))
+    parallel = rc.get_parallel()
+    args = KVArgs()
+    args.engine_rank = parallel.tp_rank if mode == "prefill" else parallel.tp_rank % parallel.attn_tp_size
+    args.pp_rank, args.system_dp_rank = parallel.pp_rank, parallel.dp_rank
+    args.kv_cache_dtype_str, args.kv_layout, args.page_size = kv_dtype_str(), layout, sa.page_size
+    args.kv_item_lens, args.state_item_lens, args.state_types = [], [], []
+    args.is_hybrid_mla_backend, args.num_draft_entries = kind[1], 0
+    return CommonKVManager(args, DisaggregationMode(mode), sa, is_mla_backend=kind[0])
+
+
+def loopback_for_unknown_hosts():
+    """The pods' host names do not resolve where the dry run runs: they answer loopback (the
+    bootstrap server's address is not the spec's business)."""
+    import socket
+
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *a, **k):
+        try:
+            return real(host, *a, **k)
+        except socket.gaierror:
+            return real("127.0.0.1", *a, **k)
+
+    socket.getaddrinfo = getaddrinfo
+
+
+def prefill_side(proc, model_dir):
+    """Child body: every prefill rank's registration (SGLang's `register_to_bootstrap` payload) and
+    what its sender-side checks read."""
+    import requests
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    sa = started(proc, model_dir)
+    loopback_for_unknown_hosts()
+    rows = []
+    requests.put = lambda url, json=None, **k: rows.append(json) or type("R", (), {"status_code": 200})()
+    # Every node renders the same bootstrap port: nothing to broadcast.
+    CommonKVManager._sync_bootstrap_port_across_nodes = lambda self, port: port
+    kind, layout = pool_kind(sa), dsv4_pd_kv_layout(sa).get("pd_kv_layout")
+    senders = []
+    for placement in placements(sa):
+        m = kv_manager(sa, "prefill", placement, kind, layout)
+        senders.append({"key": [rows[-1]["attn_dp_rank"], rows[-1]["attn_cp_rank"], rows[-1]["attn_tp_rank"], rows[-1]["pp_rank"]],
+                        "dcp_size": m.dcp_size, "dcp_rank": m.dcp_rank, "mla": m.is_mla_backend, "hybrid": m.is_hybrid_mla_backend})
+    return {"ok": True, "rows": rows, "senders": senders}
+
+
+def bootstrap_server(rows):
+    """SGLang's bootstrap server on a free loopback port, every prefill row registered over HTTP."""
+    import socket
+    import time
+
+    import requests
+
+    from sglang.srt.disaggregation.common.conn import CommonKVBootstrapServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    CommonKVBootstrapServer("127.0.0.1", port)
+    addr = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if requests.get(f"http://{addr}/health", timeout=1).status_code == 200:
+                break
+        except requests.RequestException:
+            time.sleep(0.05)
+    for row in rows:
+        answer = requests.put(f"http://{addr}/route", json=row, timeout=5)
+        if answer.status_code != 200:
+            raise RuntimeError(f"the bootstrap server refused a prefill rank: {answer.text}")
+    return addr
+
+
+def sender_check(senders, info, decode):
+    """Each prefill rank this decode rank pulls from answers its registration as the sender does."""
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    by_key = {tuple(s["key"]): s for s in senders}
+    for cp in info.target_cp_ranks:
+        for tp in info.target_tp_ranks:
+            for pp in info.target_pp_ranks:
+                s = by_key.get((0, cp, tp, pp))
+                if s is None:
+                    continue
+                sender = object.__new__(CommonKVManager)
+                sender.dcp_size, sender.dcp_rank = s["dcp_size"], s["dcp_rank"]
+                sender.is_mla_backend, sender.is_hybrid_mla_backend = s["mla"], s["hybrid"]
+                sender.requires_dcp_relayout(decode.dcp_size, decode.dcp_rank)
+
+
+def decode_side(proc, model_dir, prefill):
+    """Child body: every decode rank asks SGLang's bootstrap server for the prefill's topology and
+    runs its checks; the rank map SGLang computes, or its refusal."""
+    sa = started(proc, model_dir)
+    addr = bootstrap_server(prefill["rows"])
+    kind, layout = pool_kind(sa), dsv4_pd_kv_layout(sa).get("pd_kv_layout")
+    rank_map, stage = [], "decode_handshake"
+    try:
+        for placement in placements(sa):
+            stage = "decode_handshake"
+            m = kv_manager(sa, "decode", placement, kind, layout)
+            if not m.try_ensure_parallel_info(addr):
+                raise RuntimeError("the prefill's bootstrap server gave no topology")
+            info = m.prefill_info_table[addr]
+            rank_map.append({"decode": [m.attn_cp_rank, m.attn_tp_rank, m.pp_rank, m.dcp_rank], "tp": info.target_tp_ranks,
+                             "cp": info.target_cp_ranks, "pp": info.target_pp_ranks,
+                             "responses": info.required_prefill_response_num})
+            stage = "prefill_sender"
+            sender_check(prefill["senders"], info, m)
+    except BaseException as e:  # noqa: BLE001 - SGLang's refusal is the verdict
+        return {"ok": False, "stage": stage, "error_type": type(e).__name__, "error": str(e), "rank_map": rank_map}
+    return {"ok": True, "stage": "done", "rank_map": rank_map}
+
+
+def on_profile(profile, fn, *args):
+    """Worker body: fake one accelerator, then fn in its own child."""
+    fake_accelerator(profile)
+    return in_child(fn, *args)
+
+
+def handshake(case, results):
+    """The handshake verdict: SGLang's own checks between the first prefill and decode processes."""
+    import inspect
+
+    from sglang.srt import runtime_context as rc
+
+    pair = handshake_pair(case, results)
+    if pair is None:
+        return {"ok": True, "ran": False, "note": "no prefill and decode process passed their start-up"}
+    if "ranks" not in inspect.signature(rc.publish).parameters:
+        return {"ok": True, "ran": False, "note": f"SGLang {sglang_version()} places no ranks at publish (before 0.5.21): "
+                "the handshake is judged by pd-operator's rules and the sidecar only"}
+    prefill, decode = pair
+    model_dir = case.get("modelConfigDir")
+    sent = in_child(on_profile, prefill.get("profile", "H100"), prefill_side, prefill, model_dir)
+    if not sent.get("ok"):
+        return dict(sent, ran=True, stage="prefill_register")
+    got = in_child(on_profile, decode.get("profile", "H100"), decode_side, decode, model_dir, sent)
+    return dict(got, ran=True, prefill_profile=prefill.get("profile", "H100"), decode_profile=decode.get("profile", "H100"))
+
+
 # A termination message holds 4096 bytes; the verdict written there keeps under this.
 VERDICT_BYTES = 3800
 # What the termination message keeps of a process's resolved values.
@@ -415,7 +646,9 @@ def dry_run(case):
             got = [dict(got, role=p["role"], node=p["node"], profile=profile) for _, p in procs]
         for (i, _), res in zip(procs, got):
             results[i] = res
-    return {"v": 1, "ok": all(r.get("ok") for r in results), "sglang": sglang_version(), "processes": results}
+    shake = handshake(case, results)
+    ok = all(r.get("ok") for r in results) and shake["ok"]
+    return {"v": 1, "ok": ok, "sglang": sglang_version(), "processes": results, "handshake": shake}
 
 
 def compact(verdict, limit=VERDICT_BYTES):
@@ -426,10 +659,12 @@ def compact(verdict, limit=VERDICT_BYTES):
          "resolved": {k: v for k, v in (p.get("resolved") or {}).items() if k in VERDICT_RESOLVED}}
         for p in verdict["processes"]
     ]
+    if "handshake" in verdict:
+        small["handshake"] = {k: v for k, v in verdict["handshake"].items() if k not in ("rank_map", "where")}
     text = json.dumps(small, separators=(",", ":"), default=str)
     cut = 1000
     while len(text.encode()) > limit and cut > 40:
-        for p in small["processes"]:
+        for p in small["processes"] + [small.get("handshake", {})]:
             if len(p.get("error", "")) > cut:
                 p["error"] = p["error"][:cut] + "..."
             p.pop("resolved", None) if cut < 400 else None
