@@ -35,7 +35,7 @@ pub async fn hub(client: &Client, ns: &str, req: &HubRequest, timeout: Duration)
             None => None,
             Some(r) => match tokio::time::timeout(timeout, token(client, ns, r, &req.url)).await {
                 Ok(t) => Some(t?),
-                Err(_) => return Err(token_error(req, format!("reading Secret {ns}/{} took over {timeout:?}", r.name))),
+                Err(_) => return Err(token_error(&req.url, format!("reading Secret {ns}/{} took over {timeout:?}", r.name))),
             },
         };
         pd_runtime::hub::fetch_config(req, token.as_deref(), timeout.saturating_sub(started.elapsed())).await
@@ -44,12 +44,12 @@ pub async fn hub(client: &Client, ns: &str, req: &HubRequest, timeout: Duration)
     .await
 }
 
-fn token_error(req: &HubRequest, message: String) -> HubError {
-    HubError::Token { url: req.url.clone(), message }
+fn token_error(url: &str, message: String) -> HubError {
+    HubError::Token { url: url.to_owned(), message }
 }
 
 async fn token(client: &Client, ns: &str, r: &SecretKeyRef, url: &str) -> Result<String, HubError> {
-    let fail = |message: String| HubError::Token { url: url.to_owned(), message };
+    let fail = |message: String| token_error(url, message);
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let secret = api
         .get_opt(&r.name)

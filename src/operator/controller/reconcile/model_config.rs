@@ -35,15 +35,19 @@ pub(super) struct ModelConfig {
     pub keep: Option<ConfigMap>,
 }
 
+impl ModelConfig {
+    /// A config that is not a Hub source's: nothing to resolve, keep or retry.
+    fn of(config: Result<Option<HfConfig>, String>) -> Self {
+        ModelConfig { config, resolution: None, unresolved: None, keep: None }
+    }
+}
+
 /// Reads the model's config: `configMapRef`, else a Hub source's (kept, or fetched).
 pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<ModelConfig, Error> {
     let req = match hub::config_source(&pdd.spec.model) {
         ConfigSource::Hub(req) => req,
-        ConfigSource::ConfigMap(r) => {
-            let config = config_map_ref(ctx, ns, &r).await?;
-            return Ok(ModelConfig { config, resolution: None, unresolved: None, keep: None });
-        }
-        ConfigSource::Catalogue => return Ok(ModelConfig { config: Ok(None), resolution: None, unresolved: None, keep: None }),
+        ConfigSource::ConfigMap(r) => return Ok(ModelConfig::of(config_map_ref(ctx, ns, &r).await?)),
+        ConfigSource::Catalogue => return Ok(ModelConfig::of(Ok(None))),
     };
     let read = match kept(ctx, pdd, ns, &req) {
         Some(k) => Ok(k),
