@@ -232,6 +232,34 @@ fn pod(pdd: &PDDeployment, at: (&str, &str), key: &str, container: Container, vo
     pod
 }
 
+/// Where SGLang refused something, and its own text.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Refusal {
+    /// A process: `parse`, `resolve`, `check`, `parallel_state`; the handshake:
+    /// `decode_handshake` (the decode's checks of the prefill's topology), `prefill_sender` (the
+    /// prefill's answer to a decode registration) or `prefill_register`. `done` when it passed.
+    #[serde(default)]
+    pub stage: Option<String>,
+    #[serde(default)]
+    pub error_type: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Refusal {
+    /// `{what}: SGLang refused it at {stage}: {type}: {text}`.
+    fn text(&self, what: String, default_stage: &str) -> String {
+        let stage = self.stage.as_deref().unwrap_or(default_stage);
+        let kind = self.error_type.as_deref().map(|t| format!("{t}: ")).unwrap_or_default();
+        format!("{what}: SGLang refused it at {stage}: {kind}{}", self.error.as_deref().unwrap_or(""))
+    }
+}
+
+/// ` on {accelerator}`, when the verdict names one.
+fn on(profile: &Option<String>) -> String {
+    profile.as_deref().map(|a| format!(" on {a}")).unwrap_or_default()
+}
+
 /// One process of the shim's verdict.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct ProcessVerdict {
@@ -240,12 +268,8 @@ pub struct ProcessVerdict {
     #[serde(default)]
     pub profile: Option<String>,
     pub ok: bool,
-    #[serde(default)]
-    pub stage: Option<String>,
-    #[serde(default)]
-    pub error_type: Option<String>,
-    #[serde(default)]
-    pub error: Option<String>,
+    #[serde(flatten)]
+    pub refusal: Refusal,
 }
 
 /// The handshake between the first prefill and decode processes, by SGLang's own KV managers and
@@ -255,14 +279,8 @@ pub struct HandshakeVerdict {
     pub ok: bool,
     #[serde(default)]
     pub ran: bool,
-    /// `decode_handshake` (the decode's checks of the prefill's topology), `prefill_sender` (the
-    /// prefill's answer to a decode registration), `prefill_register`, or `done`.
-    #[serde(default)]
-    pub stage: Option<String>,
-    #[serde(default)]
-    pub error_type: Option<String>,
-    #[serde(default)]
-    pub error: Option<String>,
+    #[serde(flatten)]
+    pub refusal: Refusal,
     #[serde(default)]
     pub note: Option<String>,
     #[serde(default)]
@@ -291,23 +309,11 @@ impl Verdict {
             .processes
             .iter()
             .filter(|p| !p.ok)
-            .map(|p| {
-                let on = p.profile.as_deref().map(|a| format!(" on {a}")).unwrap_or_default();
-                let stage = p.stage.as_deref().unwrap_or("start-up");
-                let kind = p.error_type.as_deref().map(|t| format!("{t}: ")).unwrap_or_default();
-                format!("{} node {}{on}: SGLang refused it at {stage}: {kind}{}", p.role, p.node, p.error.as_deref().unwrap_or(""))
-            })
+            .map(|p| p.refusal.text(format!("{} node {}{}", p.role, p.node, on(&p.profile)), "start-up"))
             .collect();
         if let Some(h) = self.handshake.as_ref().filter(|h| !h.ok) {
-            let on = |p: &Option<String>| p.as_deref().map(|a| format!(" on {a}")).unwrap_or_default();
-            let kind = h.error_type.as_deref().map(|t| format!("{t}: ")).unwrap_or_default();
-            texts.push(format!(
-                "the handshake of decode node 0{} with prefill node 0{}: SGLang refused it at {}: {kind}{}",
-                on(&h.decode_profile),
-                on(&h.prefill_profile),
-                h.stage.as_deref().unwrap_or("handshake"),
-                h.error.as_deref().unwrap_or("")
-            ));
+            let what = format!("the handshake of decode node 0{} with prefill node 0{}", on(&h.decode_profile), on(&h.prefill_profile));
+            texts.push(h.refusal.text(what, "handshake"));
         }
         if texts.is_empty() { "SGLang refused the processes (no process named)".into() } else { texts.join("; ") }
     }
@@ -567,7 +573,10 @@ spec:
         );
         let unjudged = r#"{"v":1,"ok":true,"sglang":"0.5.20","processes":[],"handshake":{"ok":true,"ran":false,"note":"SGLang 0.5.20 places no ranks at publish"}}"#;
         let Reading::Done(v) = read(&ended(unjudged, 0), "k", 0) else { panic!() };
-        assert_eq!((v.result.as_str(), v.message.as_str()), (VERIFIED, "SGLang 0.5.20 accepts every process; SGLang 0.5.20 places no ranks at publish"));
+        assert_eq!(
+            (v.result.as_str(), v.message.as_str()),
+            (VERIFIED, "SGLang 0.5.20 accepts every process; SGLang 0.5.20 places no ranks at publish")
+        );
         let Reading::Done(v) = read(&ended("python3: not found", 127), "k", 0) else { panic!() };
         assert_eq!(v.result, NO_VERDICT);
         assert!(v.message.contains("exit code 127"), "{}", v.message);

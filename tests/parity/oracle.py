@@ -5,14 +5,15 @@ Reads JSON lines on stdin, one case each:
    "processes": [{"role": "prefill"|"decode", "node": int, "argv": [...], "env": [[k, v], ...]}]}
 and writes one JSON line per case on stdout:
   {"id": str, "profile": str, "processes": [{"role", "node", "ok", "error_type", "error",
-   "stage", "resolved": {...}}]}
+   "stage", "resolved": {...}}], "handshake": {"ok", "ran", "stage", "error_type", "error", "rank_map"}}
 
 SGLang is imported once with the real (CUDA-less) torch. Then, per accelerator profile, a forked
 worker patches what resolution reads about the GPU, and each engine process of each case runs in
 its own forked child with a clean environment, the way `entrypoints/engine.py` starts: parse the
 argv (`prepare_server_args`), resolve (`resolve_once`), check (`check_server_args`), then the
 width checks of `distributed/parallel_state.initialize_model_parallel` with the process groups
-stubbed. Run with the python that hack/sglang-oracle-venv.sh prints.
+stubbed; then the handshake of the case's first prefill and decode processes by SGLang's own KV
+managers and bootstrap server (the shim's `handshake`). Run with the python that hack/sglang-oracle-venv.sh prints.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ import tempfile
 
 # The per-process resolution is the engine dry run's shim: one code for both.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "core", "dryrun"))
-from shim import import_sglang, fake_accelerator, in_child, model_dir_for, run_process  # noqa: E402
+from shim import fake_accelerator, handshake, import_sglang, in_child, model_dir_for, run_process  # noqa: E402
+
+
+def same_profile(_proc, fn, *args):
+    """Both roles of a case run on the case's one faked profile."""
+    return in_child(fn, *args)
 
 
 def profile_worker(profile, cases, out_fd):
@@ -39,7 +45,8 @@ def profile_worker(profile, cases, out_fd):
                 res = in_child(run_process, proc, model_dir)
                 res.update({"role": proc["role"], "node": proc["node"]})
                 results.append(res)
-            out.write(json.dumps({"id": case["id"], "profile": profile, "processes": results}) + "\n")
+            shake = handshake(case["processes"], results, model_dir, side=same_profile)
+            out.write(json.dumps({"id": case["id"], "profile": profile, "processes": results, "handshake": shake}) + "\n")
             out.flush()
 
 

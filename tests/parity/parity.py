@@ -72,6 +72,16 @@ OPERATOR_ONLY = {
     "v4-kv-layout",
 }
 
+# The handshake rules whose check the oracle's handshake stage runs by SGLang's own code (the
+# decode's `try_ensure_parallel_info` and rank mapping, the prefill's `requires_dcp_relayout`):
+# for these the handshake column compares our verdict with SGLang's. The other handshake rules
+# read what only a built pool holds (state types, DSpark layouts) and stay operator-only.
+HANDSHAKE_JUDGED = {
+    "page-size-mismatch", "kv-dtype-mismatch", "kv-layout-mismatch", "decode-dcp-needs-mla",
+    "decode-dcp-prefill-cp", "decode-dcp-prefill-sharding", "mla-sharding-equal-tp", "decode-cp-one",
+    "decode-pp", "prefill-dcp-relayout", "handshake-mapping",
+}
+
 FAMILIES = {
     "GQA": ["Qwen2ForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM"],
     "MLA": ["DeepseekV3ForCausalLM"],
@@ -502,6 +512,26 @@ def classify(case, oracle):
     return "false-admit", f"{sg['role']}: {sg['error_type']}: {text}"
 
 
+def classify_handshake(case, oracle):
+    """For a spec whose processes all start and whose handshake SGLang's code ran: whether our
+    handshake rules say what SGLang's handshake says. None when there is nothing to compare."""
+    shake = oracle.get("handshake") or {}
+    if first_error(oracle) is not None or not shake.get("ran"):
+        return None, None
+    errors = [f for f in case["findings"] if f["severity"] == "error"]
+    if any(f["rule"] == "extra-args-managed-flag" for f in errors):
+        return None, None  # SGLang judged another argv than the spec's (as in classify)
+    ours = [f for f in errors if f["rule"] in HANDSHAKE_JUDGED]
+    if shake.get("ok"):
+        return ("false-deny", ours[0]["rule"]) if ours else ("agree", None)
+    text = (shake.get("error") or shake.get("error_type") or "").strip()
+    if ours:
+        return "agree", ("text" if any(same_text(text, f["message"]) for f in ours) else "notext")
+    if errors:  # refused for another reason before the engines would meet
+        return "covered", None
+    return "false-admit", f"{shake.get('stage')}: {shake.get('error_type')}: {text}"
+
+
 def topology_mismatch(case, oracle):
     """For a pair both sides admit: does what the operator expects each role to report carry
     what SGLang resolved (the decode topology handed to the sidecar, and the prefill's page
@@ -629,6 +659,12 @@ def main():
                 table[key]["topo-bad"] += bool(topo)
         if verdict in ("false-deny", "false-admit", "gap"):
             listed[verdict].append(f"{c['id']} [{c['profile']}] {detail}")
+        shake, shake_detail = classify_handshake(c["case"], o)
+        for key in [(c["source"], "*", "*"), ("*", c["family"], c["profile"]), ("*", "*", "*")]:
+            table[key][f"hs-{shake}"] += shake is not None
+            table[key]["hs-text"] += shake == "agree" and shake_detail == "text"
+        if shake in ("false-deny", "false-admit"):
+            listed[f"handshake-{shake}"].append(f"{c['id']} [{c['profile']}] {shake_detail}")
         report.append({"id": c["id"], "source": c["source"], "family": c["family"], "profile": c["profile"],
                        "verdict": verdict, "detail": detail, "operator_valid": c["case"]["valid"],
                        "operator_errors": [f["rule"] for f in c["case"]["findings"] if f["severity"] == "error"],
@@ -641,7 +677,8 @@ def main():
           f"operator {t1 - t0:.1f}s, oracle {t2 - t1:.1f}s")
     for why, n in sorted(skipped.items()):
         print(f"skipped {n}: {why}")
-    hdr = f"{'source':10} {'family':12} {'profile':7} {'cases':>6} {'agree':>6} {'op-only':>7} {'f-deny':>6} {'f-admit':>7} {'gap':>4} {'agree%':>7} {'deny-text':>9} {'sidecar':>9}"
+    hdr = (f"{'source':10} {'family':12} {'profile':7} {'cases':>6} {'agree':>6} {'op-only':>7} {'f-deny':>6} {'f-admit':>7} "
+           f"{'gap':>4} {'agree%':>7} {'deny-text':>9} {'sidecar':>9} {'handshake':>10}")
     print(hdr)
     print("-" * len(hdr))
 
@@ -654,8 +691,10 @@ def main():
         text = f"{t['text']}/{denies}" if denies else "-"
         checked = t["topo-checked"]
         sidecar = f"{checked - t['topo-bad']}/{checked}" if checked else "-"
+        shaken = sum(t[f"hs-{k}"] for k in ("agree", "covered", "false-deny", "false-admit"))
+        shake = f"{t['hs-agree'] + t['hs-covered']}/{shaken}" if shaken else "-"
         print(f"{key[0]:10} {key[1]:12} {key[2]:7} {n:6} {t['agree']:6} {t['op-only']:7} {t['false-deny']:6} "
-              f"{t['false-admit']:7} {t['gap']:4} {pct:6.1f}% {text:>9} {sidecar:>9}")
+              f"{t['false-admit']:7} {t['gap']:4} {pct:6.1f}% {text:>9} {sidecar:>9} {shake:>10}")
 
     for key in sorted(k for k in table if k[1] == "*" and k[0] != "*"):
         row(key)

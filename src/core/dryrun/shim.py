@@ -397,10 +397,10 @@ def model_dir_for(config, cache):
 # the DeepSeek-V4 KV layout. Buffers (pointers, item lengths) need a GPU and are not built.
 
 
-def handshake_pair(case, results):
+def handshake_pair(processes, results):
     """The node-0 prefill and decode processes, when both passed their start-up."""
     first = {}
-    for proc, res in zip(case["processes"], results):
+    for proc, res in zip(processes, results):
         if proc["node"] == 0 and res.get("ok") and proc["role"] not in first:
             first[proc["role"]] = proc
     return (first["prefill"], first["decode"]) if {"prefill", "decode"} <= first.keys() else None
@@ -436,7 +436,23 @@ def pool_kind(sa):
     model_config = model_config_of(sa)
     mla = model_config.attention_arch == AttentionArch.MLA
     hybrid = mambaish_config(model_config) is not None
-    return (mla and not hybrid, mla and hybrid)
+    try:  # the DeepSeek-V4 pool is an MLA pool to the handshake (`utils.is_mla_backend`)
+        from sglang.srt.configs.model_config import is_deepseek_v4
+
+        dsv4 = is_deepseek_v4(model_config.hf_config)
+    except ImportError:
+        dsv4 = False
+    return ((mla and not hybrid) or dsv4, mla and hybrid)
+
+
+def pool_page_size(sa):
+    """The pool's page size: the scheduling bag's (the server argument before resolution may differ)."""
+    from sglang.srt import runtime_context as rc
+
+    try:
+        return rc.get_schedule().page_size
+    except (AttributeError, RuntimeError):
+        return sa.resolved_dict()["page_size"]
 
 
 def kv_dtype_str():
@@ -468,16 +484,21 @@ def kv_manager(sa, mode, placement, kind, layout):
     args = KVArgs()
     args.engine_rank = parallel.tp_rank if mode == "prefill" else parallel.tp_rank % parallel.attn_tp_size
     args.pp_rank, args.system_dp_rank = parallel.pp_rank, parallel.dp_rank
-    args.kv_cache_dtype_str, args.kv_layout, args.page_size = kv_dtype_str(), layout, sa.page_size
+    args.kv_cache_dtype_str, args.kv_layout, args.page_size = kv_dtype_str(), layout, pool_page_size(sa)
     args.kv_item_lens, args.state_item_lens, args.state_types = [], [], []
     args.is_hybrid_mla_backend, args.num_draft_entries = kind[1], 0
     return CommonKVManager(args, DisaggregationMode(mode), sa, is_mla_backend=kind[0])
 
 
 def loopback_for_unknown_hosts():
-    """The pods' host names do not resolve where the dry run runs: they answer loopback (the
-    bootstrap server's address is not the spec's business)."""
+    """The pods' host names do not resolve where the dry run runs, and the engine pod's own
+    address (`SGLANG_HOST_IP`, the interfaces) is not this pod's: they answer loopback (addresses
+    are not the spec's business, and the handshake reads none)."""
     import socket
+
+    from sglang.srt.disaggregation.common import conn
+
+    conn.get_local_ip_auto = lambda *a, **k: "127.0.0.1"
 
     real = socket.getaddrinfo
 
@@ -495,14 +516,16 @@ def prefill_side(proc, model_dir):
     what its sender-side checks read."""
     import requests
 
-    from sglang.srt.disaggregation.common.conn import CommonKVManager
+    from sglang.srt.disaggregation.common import conn
 
     sa = started(proc, model_dir)
     loopback_for_unknown_hosts()
+    # Every node renders the same bootstrap port: nothing to broadcast. The PP status store
+    # needs a live PP group and holds no topology.
+    conn.CommonKVManager._sync_bootstrap_port_across_nodes = lambda self, port: port
+    conn.PPConsensusStore = lambda *a, **k: {}
     rows = []
     requests.put = lambda url, json=None, **k: rows.append(json) or type("R", (), {"status_code": 200})()
-    # Every node renders the same bootstrap port: nothing to broadcast.
-    CommonKVManager._sync_bootstrap_port_across_nodes = lambda self, port: port
     kind, layout = pool_kind(sa), dsv4_pd_kv_layout(sa).get("pd_kv_layout")
     senders = []
     for placement in placements(sa):
@@ -560,6 +583,7 @@ def decode_side(proc, model_dir, prefill):
     """Child body: every decode rank asks SGLang's bootstrap server for the prefill's topology and
     runs its checks; the rank map SGLang computes, or its refusal."""
     sa = started(proc, model_dir)
+    loopback_for_unknown_hosts()
     addr = bootstrap_server(prefill["rows"])
     kind, layout = pool_kind(sa), dsv4_pd_kv_layout(sa).get("pd_kv_layout")
     rank_map, stage = [], "decode_handshake"
@@ -586,26 +610,30 @@ def on_profile(profile, fn, *args):
     return in_child(fn, *args)
 
 
-def handshake(case, results):
-    """The handshake verdict: SGLang's own checks between the first prefill and decode processes."""
+def on_own_profile(proc, fn, *args):
+    """Runs a handshake side on its process's own accelerator (the dry run's processes name theirs)."""
+    return in_child(on_profile, proc.get("profile", "H100"), fn, *args)
+
+
+def handshake(processes, results, model_dir, side=on_own_profile):
+    """The handshake verdict: SGLang's own checks between the first prefill and decode processes.
+    `side(proc, fn, *args)` runs one role's side (the parity oracle runs both on its faked profile)."""
     import inspect
 
     from sglang.srt import runtime_context as rc
 
-    pair = handshake_pair(case, results)
+    pair = handshake_pair(processes, results)
     if pair is None:
         return {"ok": True, "ran": False, "note": "no prefill and decode process passed their start-up"}
     if "ranks" not in inspect.signature(rc.publish).parameters:
         return {"ok": True, "ran": False, "note": f"SGLang {sglang_version()} places no ranks at publish (before 0.5.21): "
                 "the handshake is judged by pd-operator's rules and the sidecar only"}
     prefill, decode = pair
-    model_dir = case.get("modelConfigDir")
-    sent = in_child(on_profile, prefill.get("profile", "H100"), prefill_side, prefill, model_dir)
+    sent = side(prefill, prefill_side, prefill, model_dir)
     if not sent.get("ok"):
         return dict(sent, ran=True, stage="prefill_register")
-    got = in_child(on_profile, decode.get("profile", "H100"), decode_side, decode, model_dir, sent)
-    return dict(got, ran=True, prefill_profile=prefill.get("profile", "H100"), decode_profile=decode.get("profile", "H100"))
-
+    got = side(decode, decode_side, decode, model_dir, sent)
+    return dict(got, ran=True, prefill_profile=prefill.get("profile"), decode_profile=decode.get("profile"))
 
 # A termination message holds 4096 bytes; the verdict written there keeps under this.
 VERDICT_BYTES = 3800
@@ -646,7 +674,7 @@ def dry_run(case):
             got = [dict(got, role=p["role"], node=p["node"], profile=profile) for _, p in procs]
         for (i, _), res in zip(procs, got):
             results[i] = res
-    shake = handshake(case, results)
+    shake = handshake(case["processes"], results, case.get("modelConfigDir"))
     ok = all(r.get("ok") for r in results) and shake["ok"]
     return {"v": 1, "ok": ok, "sglang": sglang_version(), "processes": results, "handshake": shake}
 
