@@ -31,6 +31,19 @@ fn refused_verdict() -> String {
     .to_string()
 }
 
+const HANDSHAKE_REFUSAL: &str = "PD decode DCP requires an MLA or hybrid-MLA KV pool.";
+
+/// The verdict the shim writes when both roles start and SGLang's decode refuses the prefill's
+/// topology at the handshake.
+fn handshake_refused_verdict() -> String {
+    serde_json::json!({"v": 1, "ok": false, "sglang": "0.5.23", "processes": [
+        {"role": "prefill", "node": 0, "profile": "H100", "ok": true, "stage": "done"},
+        {"role": "decode", "node": 0, "profile": "H100", "ok": true, "stage": "done"},
+    ], "handshake": {"ok": false, "ran": true, "stage": "decode_handshake", "error_type": "RuntimeError",
+        "error": HANDSHAKE_REFUSAL, "prefill_profile": "H100", "decode_profile": "H100"}})
+    .to_string()
+}
+
 fn pods(ns: &TestNamespace, role: &str) -> Vec<Value> {
     let sel = format!("pd.inference.dev/deployment=gate,pd.inference.dev/role in ({role})");
     let o = cluster().kubectl(&["get", "pods", "-n", &ns.name, "-l", &sel, "-o", "json"]);
@@ -95,6 +108,22 @@ fn a_refused_spec_creates_no_engine_pod_and_a_passing_one_does_once_without_reru
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(engine_pods(&ns), 0, "a refusal stands: no engine pod");
 
+    // Both roles start, and SGLang's handshake between them refuses: still no engine pod.
+    assert!(ns.apply(&spec("--log-level, debug", Some(&handshake_refused_verdict()))).status.success());
+    let c = wait_for(WAIT, "EngineVerified=False with the handshake's text", || {
+        let c = verified(&ns)?;
+        let m = c["message"].as_str().unwrap_or_default();
+        (c["status"] == "False" && m.contains(HANDSHAKE_REFUSAL)).then_some(c.clone()).ok_or_else(|| c.to_string())
+    });
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "the handshake of decode node 0 on H100 with prefill node 0 on H100: SGLang refused it at decode_handshake: RuntimeError: {HANDSHAKE_REFUSAL}"
+        )),
+        "{message}"
+    );
+    assert_eq!(engine_pods(&ns), 0, "a handshake refusal creates no engine pod");
+
     // A spec SGLang accepts: the dry run runs again (a new key), passes, and only then pods come.
     assert!(ns.apply(&spec("--log-level, warning", None)).status.success());
     let c = wait_verdict_with_no_engine_pod(&ns, "True");
@@ -116,7 +145,7 @@ fn a_refused_spec_creates_no_engine_pod_and_a_passing_one_does_once_without_reru
     // Dry runs by the scheduler's Events (ours for one reason are folded into one series).
     let runs = |e: &str| e.lines().filter(|l| l.starts_with("Scheduled:") && l.contains("/gate-dry-run-")).count();
     let before = runs(&events(&ns));
-    assert_eq!(before, 2, "one dry run per spec: {}", events(&ns));
+    assert_eq!(before, 3, "one dry run per spec: {}", events(&ns));
     assert!(cluster().kubectl(&["scale", "pdd", "gate", "-n", &ns.name, "--replicas", "2"]).status.success());
     wait_for(WAIT, "four engine pods", || {
         let n = engine_pods(&ns);
