@@ -488,11 +488,17 @@ def same_text(sglang, ours):
     return sglang in ours or as_engine_python(sglang) in as_engine_python(ours)
 
 
-def classify(case, oracle):
+def errors_of(case):
+    """The operator's refusals of a case, and whether SGLang judged another argv than the spec's:
+    the operator refuses extraArgs that override a flag it renders, so SGLang's verdict on that
+    argv is not about the spec's configuration."""
     errors = [f for f in case["findings"] if f["severity"] == "error"]
-    if any(f["rule"] == "extra-args-managed-flag" for f in errors):
-        # The operator refuses extraArgs that override a flag it renders: the argv SGLang judged
-        # is then not the spec's, so the two verdicts are not about the same configuration.
+    return errors, any(f["rule"] == "extra-args-managed-flag" for f in errors)
+
+
+def classify(case, oracle):
+    errors, overridden = errors_of(case)
+    if overridden:
         return "op-only", None
     sg = first_error(oracle)
     startup_errors = [f for f in errors if f["rule"] not in OPERATOR_ONLY]
@@ -518,9 +524,9 @@ def classify_handshake(case, oracle):
     shake = oracle.get("handshake") or {}
     if first_error(oracle) is not None or not shake.get("ran"):
         return None, None
-    errors = [f for f in case["findings"] if f["severity"] == "error"]
-    if any(f["rule"] == "extra-args-managed-flag" for f in errors):
-        return None, None  # SGLang judged another argv than the spec's (as in classify)
+    errors, overridden = errors_of(case)
+    if overridden:
+        return None, None
     ours = [f for f in errors if f["rule"] in HANDSHAKE_JUDGED]
     if shake.get("ok"):
         return ("false-deny", ours[0]["rule"]) if ours else ("agree", None)
