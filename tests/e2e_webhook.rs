@@ -279,7 +279,7 @@ fn a_hub_sources_config_json_decides_admission_and_an_unreachable_hub_is_a_warni
 fn after_sigterm_the_webhook_keeps_judging_through_its_drain_then_exits_cleanly() {
     const DRAIN: Duration = Duration::from_secs(4);
     let ns = TestNamespace::new("wh-drain");
-    let (_reg, mut ctl, _) = start_with(&ns, &["--webhook-drain", "4s"]);
+    let (_reg, mut ctl, port) = start_with(&ns, &["--webhook-drain", "4s"]);
     let mistake = read("examples/qwen-dcp2-mistake.yaml");
     denied(&ns, &mistake, "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
     let stopped = std::time::Instant::now();
@@ -290,6 +290,14 @@ fn after_sigterm_the_webhook_keeps_judging_through_its_drain_then_exits_cleanly(
     });
     let o = ns.apply(&mistake);
     assert!(!o.status.success() && text(&o).contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."), "{}", text(&o));
+    // HTTP/1.1, as the apiserver speaks to webhooks: the answer closes the connection.
+    let o = std::process::Command::new("curl")
+        .args(["-sk", "--http1.1", "--max-time", "5", "-D", "-", "-o", "/dev/null", "-X", "POST", "--data", "{}"])
+        .arg(format!("https://127.0.0.1:{port}/validate"))
+        .output()
+        .unwrap();
+    let headers = String::from_utf8_lossy(&o.stdout).to_lowercase();
+    assert!(headers.contains("\r\nconnection: close\r\n"), "a review answered while draining keeps its connection: {headers}");
     let valid = read("examples/qwen3-gqa.yaml");
     let o = cluster().kubectl_stdin(&["apply", "-n", &ns.name, "--dry-run=server", "-f", "-"], &valid);
     assert!(o.status.success(), "a valid object refused while draining: {}", text(&o));

@@ -33,6 +33,13 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After the drain, how long open connections get to finish their reviews once told to close.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How long an HTTP/1 connection may wait for a request's headers, idle keep-alive time
+/// included (hyper starts this timer whenever the connection waits for the next request). The
+/// apiserver talks HTTP/1.1 to webhooks and keeps idle connections 90 s (Go's `IdleConnTimeout`):
+/// a server that closes an idle one sooner races the apiserver writing a review to it, and that
+/// review fails with `broken pipe` (`failurePolicy: Fail` refuses the object). Longer than the
+/// client's, so the client always closes first.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Error)]
 pub enum WebhookError {
@@ -94,16 +101,17 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
             return (StatusCode::BAD_REQUEST, reason).into_response();
         }
     };
-    let req = match review::parse(&body) {
+    let admission = match review::Review::parse(&body) {
         Ok(r) => r,
         Err(reason) => {
             state.metrics.admission("bad_request");
             return (StatusCode::BAD_REQUEST, reason).into_response();
         }
     };
+    let req = &admission.request;
     let span = info_span!("admission", uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), operation = ?req.operation);
     async move {
-        let (config, unread) = match review::config_source(&req) {
+        let (config, unread) = match admission.config_source() {
             Some((ns, ConfigSource::ConfigMap(r))) => {
                 (model_config::config_map(&state.client, &ns, &r, LOOKUP_TIMEOUT).await.map(Some).map_err(|e| e.to_string()), None)
             }
@@ -113,7 +121,7 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
             },
             Some((_, ConfigSource::Catalogue)) | None => (Ok(None), None),
         };
-        let mut response = review::decide(&req, config, state.gang_api);
+        let mut response = admission.decide(config, state.gang_api);
         // The controller's gate holds what admission could not judge on the real config.
         if let Some(warning) = unread {
             response.warnings.get_or_insert_with(Vec::new).push(warning);
@@ -176,7 +184,8 @@ pub async fn serve(
     info!(addr = %settings.addr, "webhook listening (POST /validate)");
     health.listening.store(true, Ordering::Relaxed);
     let app = router(client, metrics, gang_api);
-    let drained = drain(shutdown, health.draining.clone(), settings.drain);
+    let draining = health.draining.clone();
+    let drained = drain(shutdown, draining.clone(), settings.drain);
     tokio::pin!(drained);
     let close = tokio_util::sync::CancellationToken::new();
     // Each connection holds a sender: `recv` ends once every connection has.
@@ -189,7 +198,8 @@ pub async fn serve(
                 Err(e) => { warn!(error = %e, "accept failed"); continue; }
             },
         };
-        tokio::spawn(connection(tcp, peer, acceptor.clone(), app.clone(), close.clone(), open.clone()));
+        let conn = Connection { app: app.clone(), draining: draining.clone(), close: close.clone(), _open: open.clone() };
+        tokio::spawn(conn.accept(tcp, peer, acceptor.clone()));
     }
     drop((listener, open));
     close.cancel();
@@ -208,33 +218,102 @@ async fn drain(shutdown: impl std::future::Future<Output = ()>, draining: Arc<At
     tokio::time::sleep(drain).await;
 }
 
-/// One TLS connection, served until the peer ends it or `close` asks it to end gracefully.
-async fn connection(
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    acceptor: TlsAcceptor,
+/// While the webhook drains, an HTTP/1 response says `Connection: close` (HTTP/2 has GOAWAY).
+async fn close_when_draining(State(draining): State<Arc<AtomicBool>>, req: Request, next: axum::middleware::Next) -> Response {
+    let http1 = req.version() < axum::http::Version::HTTP_2;
+    let mut response = next.run(req).await;
+    if http1 && draining.load(Ordering::Relaxed) {
+        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// What every connection of the webhook shares.
+struct Connection {
     app: Router,
+    /// While set, responses carry `Connection: close`: the apiserver leaves a stopping replica's
+    /// connections after the review it gets there, rather than reusing one about to be closed.
+    draining: Arc<AtomicBool>,
+    /// Asks the connection to end gracefully (HTTP/2 GOAWAY, HTTP/1 after the review in flight).
     close: tokio_util::sync::CancellationToken,
     _open: tokio::sync::mpsc::Sender<()>,
-) {
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-    };
-    let service = TowerToHyperService::new(app.map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new)));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().header_read_timeout(Duration::from_secs(10)).timer(hyper_util::rt::TokioTimer::new());
-    let conn = builder.serve_connection(TokioIo::new(tls), service);
-    tokio::pin!(conn);
-    let ended = tokio::select! {
-        ended = conn.as_mut() => ended,
-        _ = close.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+}
+
+impl Connection {
+    /// One TLS connection, served until the peer ends it or `close` asks it to end.
+    async fn accept(self, tcp: tokio::net::TcpStream, peer: SocketAddr, acceptor: TlsAcceptor) {
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+        };
+        if let Err(e) = self.serve(tls).await {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
-    };
-    if let Err(e) = ended {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+
+    /// Serves HTTP/1.1 or HTTP/2 on `io` until the peer ends it or `close` asks it to end.
+    async fn serve<I>(self, io: I) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let app = self.app.layer(axum::middleware::from_fn_with_state(self.draining, close_when_draining));
+        let app = app.map_request(|r: Request<hyper::body::Incoming>| r.map(Body::new));
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder.http1().header_read_timeout(HEADER_READ_TIMEOUT).timer(hyper_util::rt::TokioTimer::new());
+        let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
+        tokio::pin!(conn);
+        tokio::select! {
+            ended = conn.as_mut() => ended,
+            _ = self.close.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// A webhook connection over an in-memory stream, with an HTTP/1.1 client on the other end
+    /// (the apiserver's protocol to webhooks).
+    async fn connected(draining: Arc<AtomicBool>) -> (hyper::client::conn::http1::SendRequest<Body>, tokio::task::JoinHandle<()>) {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (open, _) = tokio::sync::mpsc::channel(1);
+        let app = Router::new().route("/validate", post(|| async { "judged" }));
+        let conn = Connection { app, draining, close: tokio_util::sync::CancellationToken::new(), _open: open };
+        let served = tokio::spawn(async move { conn.serve(server).await.expect("served") });
+        let (sender, client_conn) = hyper::client::conn::http1::handshake(TokioIo::new(client)).await.expect("handshake");
+        tokio::spawn(client_conn);
+        (sender, served)
+    }
+
+    async fn review(sender: &mut hyper::client::conn::http1::SendRequest<Body>) -> Result<Response<bytes::Bytes>, hyper::Error> {
+        sender.ready().await?;
+        let r = sender.send_request(Request::post("/validate").body(Body::empty()).expect("a request")).await?;
+        let (parts, body) = r.into_parts();
+        Ok(Response::from_parts(parts, body.collect().await?.to_bytes()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_keep_alive_connection_outlives_the_apiservers_idle_timeout() {
+        let (mut sender, _served) = connected(Arc::default()).await;
+        assert_eq!(review(&mut sender).await.expect("first review").body(), "judged");
+        // Go's IdleConnTimeout: the apiserver may reuse the connection up to here.
+        tokio::time::advance(Duration::from_secs(90)).await;
+        let second = review(&mut sender).await.expect("a review on the connection idle for 90 s");
+        assert_eq!(second.body(), "judged");
+        assert_eq!(second.headers().get("connection"), None);
+    }
+
+    #[tokio::test]
+    async fn while_draining_an_http1_response_closes_its_connection() {
+        let (mut sender, served) = connected(Arc::new(AtomicBool::new(true))).await;
+        let r = review(&mut sender).await.expect("a review while draining");
+        assert_eq!((r.body().as_ref(), r.headers().get("connection").map(|v| v.as_bytes())), (&b"judged"[..], Some(&b"close"[..])));
+        tokio::time::timeout(Duration::from_secs(5), served).await.expect("the connection ended after the review").expect("served");
     }
 }

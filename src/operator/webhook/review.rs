@@ -18,24 +18,82 @@ pub const MAX_BODY: usize = 3 << 20;
 /// A model config lookup result for the request's `spec.model.configMapRef`.
 pub type ConfigLookup = Result<Option<HfConfig>, String>;
 
-/// Parses a request body; the error is the reason for a 400.
-pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
-    if body.len() > MAX_BODY {
-        return Err(format!("AdmissionReview of {} bytes exceeds the {MAX_BODY}-byte limit", body.len()));
-    }
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
-    review.try_into().map_err(|e: kube::core::admission::ConvertAdmissionReviewError| format!("AdmissionReview has no request: {e}"))
+/// One admission request, its object read as a PDDeployment once.
+#[derive(Debug)]
+pub struct Review {
+    pub request: AdmissionRequest<DynamicObject>,
+    /// The object under review, or why it is none; `None` for operations not judged (DELETE).
+    subject: Option<Result<PDDeployment, String>>,
 }
 
-/// (namespace, where its config.json comes from) of the object under review, if one is judged.
-pub fn config_source(req: &AdmissionRequest<DynamicObject>) -> Option<(String, ConfigSource)> {
-    if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return None;
+impl Review {
+    /// Parses a request body; the error is the reason for a 400.
+    pub fn parse(body: &[u8]) -> Result<Self, String> {
+        if body.len() > MAX_BODY {
+            return Err(format!("AdmissionReview of {} bytes exceeds the {MAX_BODY}-byte limit", body.len()));
+        }
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+        let request: AdmissionRequest<DynamicObject> = review
+            .try_into()
+            .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| format!("AdmissionReview has no request: {e}"))?;
+        let subject = matches!(request.operation, Operation::Create | Operation::Update).then(|| match request.object.as_ref() {
+            None => Err("the AdmissionReview carries no object".to_string()),
+            Some(obj) => as_pdd(obj).map_err(|e| format!("not a valid PDDeployment: {e}")),
+        });
+        Ok(Self { request, subject })
     }
-    let obj = req.object.as_ref()?;
-    let source = hub::config_source(&as_pdd(obj).ok()?.spec.model);
-    let ns = obj.metadata.namespace.clone().or_else(|| req.namespace.clone()).unwrap_or_default();
-    Some((ns, source))
+
+    /// (namespace, where its config.json comes from) of the object under review, if one is judged.
+    pub fn config_source(&self) -> Option<(String, ConfigSource)> {
+        let pdd = self.subject.as_ref()?.as_ref().ok()?;
+        let ns = pdd.metadata.namespace.clone().or_else(|| self.request.namespace.clone()).unwrap_or_default();
+        Some((ns, hub::config_source(&pdd.spec.model)))
+    }
+
+    /// Decides the request. `gang_api` is whether the cluster serves Kubernetes' gang scheduling
+    /// API, as the operator found at start.
+    pub fn decide(&self, config: ConfigLookup, gang_api: bool) -> AdmissionResponse {
+        let resp = AdmissionResponse::from(&self.request);
+        let pdd = match &self.subject {
+            None => return resp,
+            Some(Err(e)) => return resp.deny(e),
+            Some(Ok(p)) => p,
+        };
+        let req = &self.request;
+        let name = pdd.metadata.name.clone().or_else(|| (!req.name.is_empty()).then(|| req.name.clone())).unwrap_or_default();
+        let config = match config {
+            Ok(c) => c,
+            Err(e) => return resp.deny(format!("{name}: {}", validate::model_config_unread(&e))),
+        };
+        let facts = model::resolve(&pdd.spec.model, config.as_ref());
+        let findings = validate::in_cluster(&name, &pdd.spec, &facts, gang_api);
+        let line = validate::Finding::to_string;
+        let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
+        let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
+        if req.operation == Operation::Update
+            && let Some(old) = req.old_object.as_ref().and_then(|o| as_pdd(o).ok())
+            && let Some(field) = rolls_everything(&old, pdd)
+        {
+            warnings.push(format!("{field} changed: every prefill and decode instance will be replaced, one at a time per role"));
+        }
+        let mut resp = if errors.is_empty() {
+            resp
+        } else {
+            let count = errors.len();
+            let plural = if count == 1 { "" } else { "s" };
+            let release = pd_core::release::release_of(&pdd.spec);
+            resp.deny(format!("PDDeployment {name} would fail in SGLang {release} ({count} violation{plural}):\n{}", errors.join("\n")))
+        };
+        if !warnings.is_empty() {
+            resp.warnings = Some(warnings);
+        }
+        resp
+    }
+
+    /// The AdmissionReview response body.
+    pub fn respond(&self, config: ConfigLookup, gang_api: bool) -> Value {
+        serde_json::to_value(self.decide(config, gang_api).into_review()).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}))
+    }
 }
 
 /// The warning for a Hub source's config.json the webhook could not read in time.
@@ -63,55 +121,6 @@ fn rolls_everything(old: &PDDeployment, new: &PDDeployment) -> Option<&'static s
     }
 }
 
-/// Decides one admission request. `gang_api` is whether the cluster serves Kubernetes' gang
-/// scheduling API, as the operator found at start.
-pub fn decide(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_api: bool) -> AdmissionResponse {
-    let resp = AdmissionResponse::from(req);
-    if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return resp;
-    }
-    let Some(obj) = req.object.as_ref() else {
-        return resp.deny("the AdmissionReview carries no object");
-    };
-    let pdd = match as_pdd(obj) {
-        Ok(p) => p,
-        Err(e) => return resp.deny(format!("not a valid PDDeployment: {e}")),
-    };
-    let name = pdd.metadata.name.clone().or_else(|| (!req.name.is_empty()).then(|| req.name.clone())).unwrap_or_default();
-    let config = match config {
-        Ok(c) => c,
-        Err(e) => return resp.deny(format!("{name}: {}", validate::model_config_unread(&e))),
-    };
-    let facts = model::resolve(&pdd.spec.model, config.as_ref());
-    let findings = validate::in_cluster(&name, &pdd.spec, &facts, gang_api);
-    let line = validate::Finding::to_string;
-    let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
-    let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
-    if req.operation == Operation::Update
-        && let Some(old) = req.old_object.as_ref().and_then(|o| as_pdd(o).ok())
-        && let Some(field) = rolls_everything(&old, &pdd)
-    {
-        warnings.push(format!("{field} changed: every prefill and decode instance will be replaced, one at a time per role"));
-    }
-    let mut resp = if errors.is_empty() {
-        resp
-    } else {
-        let count = errors.len();
-        let plural = if count == 1 { "" } else { "s" };
-        let release = pd_core::release::release_of(&pdd.spec);
-        resp.deny(format!("PDDeployment {name} would fail in SGLang {release} ({count} violation{plural}):\n{}", errors.join("\n")))
-    };
-    if !warnings.is_empty() {
-        resp.warnings = Some(warnings);
-    }
-    resp
-}
-
-/// The AdmissionReview response body for a parsed request.
-pub fn respond(req: &AdmissionRequest<DynamicObject>, config: ConfigLookup, gang_api: bool) -> Value {
-    serde_json::to_value(decide(req, config, gang_api).into_review()).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,8 +145,8 @@ mod tests {
 
     #[test]
     fn denies_the_qwen_dcp_mistake_with_sglang_text_and_field() {
-        let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 4, "dcp": 2})))).unwrap();
-        let r = decide(&req, Ok(None), false);
+        let req = Review::parse(&review("CREATE", pdd(serde_json::json!({"tp": 4, "dcp": 2})))).unwrap();
+        let r = req.decide(Ok(None), false);
         assert!(!r.allowed);
         assert!(
             r.result.message.contains("spec.decode.parallelism.dcp: PD decode DCP requires an MLA or hybrid-MLA KV pool."),
@@ -149,16 +158,16 @@ mod tests {
 
     #[test]
     fn warns_without_denying() {
-        let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 2})))).unwrap();
-        let r = decide(&req, Ok(None), false);
+        let req = Review::parse(&review("CREATE", pdd(serde_json::json!({"tp": 2})))).unwrap();
+        let r = req.decide(Ok(None), false);
         assert!(r.allowed);
         assert!(r.warnings.unwrap()[0].contains("Performance is NOT guaranteed"));
     }
 
     #[test]
     fn config_lookup_errors_deny_with_the_reason() {
-        let req = parse(&review("CREATE", pdd(serde_json::json!({"tp": 4})))).unwrap();
-        let r = decide(&req, Err("ConfigMap ns/cfg does not exist".into()), false);
+        let req = Review::parse(&review("CREATE", pdd(serde_json::json!({"tp": 4})))).unwrap();
+        let r = req.decide(Err("ConfigMap ns/cfg does not exist".into()), false);
         assert!(!r.allowed && r.result.message.contains("ConfigMap ns/cfg does not exist"));
     }
 
@@ -166,19 +175,19 @@ mod tests {
     fn gang_workload_is_denied_where_the_cluster_serves_no_gang_api_with_the_controllers_text() {
         let mut object = pdd(serde_json::json!({"tp": 4}));
         object["spec"]["placement"] = serde_json::json!({"gang": "workload"});
-        let req = parse(&review("CREATE", object)).unwrap();
-        let r = decide(&req, Ok(None), false);
+        let req = Review::parse(&review("CREATE", object)).unwrap();
+        let r = req.decide(Ok(None), false);
         assert!(!r.allowed);
-        let spec: pd_api::PDDeploymentSpec = serde_json::from_value(req.object.as_ref().unwrap().data["spec"].clone()).unwrap();
+        let spec: pd_api::PDDeploymentSpec = serde_json::from_value(req.request.object.as_ref().unwrap().data["spec"].clone()).unwrap();
         let rule = validate::gang_api(&spec, false).expect("the controller refuses it too").to_string();
         assert!(rule.starts_with("spec.placement.gang: workload, but this cluster does not serve"), "{rule}");
         assert!(rule.ends_with("(fix: enable the GenericWorkload feature gate and that API version, or use gang: auto)"), "{rule}");
         assert!(r.result.message.ends_with(&format!("(1 violation):\n{rule}")), "{}", r.result.message);
-        assert!(decide(&req, Ok(None), true).allowed, "admitted where the cluster serves it");
+        assert!(req.decide(Ok(None), true).allowed, "admitted where the cluster serves it");
         // `auto` falls back to no gang: admitted either way.
         let mut object = pdd(serde_json::json!({"tp": 4}));
         object["spec"]["placement"] = serde_json::json!({"gang": "auto"});
-        assert!(decide(&parse(&review("CREATE", object)).unwrap(), Ok(None), false).allowed);
+        assert!(Review::parse(&review("CREATE", object)).unwrap().decide(Ok(None), false).allowed);
     }
 
     #[test]
@@ -186,20 +195,20 @@ mod tests {
         let mut object = pdd(serde_json::json!({"tp": 4, "dcp": 2}));
         object["spec"]["model"] =
             serde_json::json!({"path": "acme/ft", "source": {"huggingFace": {"repo": "acme/ft", "endpoint": "http://hub"}}});
-        let req = parse(&review("CREATE", object)).unwrap();
-        let Some((ns, ConfigSource::Hub(read))) = config_source(&req) else { panic!("a Hub source: {:?}", config_source(&req)) };
+        let req = Review::parse(&review("CREATE", object)).unwrap();
+        let Some((ns, ConfigSource::Hub(read))) = req.config_source() else { panic!("a Hub source: {:?}", req.config_source()) };
         assert_eq!((ns.as_str(), read.url.as_str()), ("ns", "http://hub/acme/ft/resolve/main/config.json"));
         let config = |arch: &str| {
             let path = format!("{}/tests/parity/configs/{arch}.json", env!("CARGO_MANIFEST_DIR"));
             HfConfig::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
         };
-        let gqa = decide(&req, Ok(Some(config("Qwen3ForCausalLM"))), false);
+        let gqa = req.decide(Ok(Some(config("Qwen3ForCausalLM"))), false);
         assert!(
             !gqa.allowed && gqa.result.message.contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."),
             "{}",
             gqa.result.message
         );
-        assert!(decide(&req, Ok(Some(config("DeepseekV3ForCausalLM"))), false).allowed);
+        assert!(req.decide(Ok(Some(config("DeepseekV3ForCausalLM"))), false).allowed);
         let e = HubError::Unreachable { url: read.url, message: "no answer within 3s".into() };
         assert!(
             hub_unread(&e).starts_with(
@@ -210,16 +219,18 @@ mod tests {
 
     #[test]
     fn malformed_bodies_are_rejected_with_a_reason() {
-        assert!(parse(b"").unwrap_err().contains("not an AdmissionReview"));
-        assert!(parse(b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}").unwrap_err().contains("no request"));
-        assert!(parse(&vec![b' '; MAX_BODY + 1]).unwrap_err().contains("exceeds"));
+        assert!(Review::parse(b"").unwrap_err().contains("not an AdmissionReview"));
+        assert!(
+            Review::parse(b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}").unwrap_err().contains("no request")
+        );
+        assert!(Review::parse(&vec![b' '; MAX_BODY + 1]).unwrap_err().contains("exceeds"));
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
         #[test]
         fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = parse(&body);
+            let _ = Review::parse(&body);
         }
 
         #[test]
@@ -229,8 +240,8 @@ mod tests {
         ) {
             let object = serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": extra},
                 "spec": {"model": {"path": path}, "prefill": {"parallelism": {"tp": tp}}, "decode": {"parallelism": {"tp": tp, "dcp": dcp}}}});
-            let req = parse(&review(op, object)).unwrap();
-            let v = respond(&req, Ok(None), false);
+            let req = Review::parse(&review(op, object)).unwrap();
+            let v = req.respond(Ok(None), false);
             prop_assert_eq!(&v["response"]["uid"], "u-1");
             prop_assert!(v["response"]["allowed"].is_boolean());
         }
