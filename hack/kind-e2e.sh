@@ -71,7 +71,7 @@ log "cluster up in $(( $(date +%s) - t ))s"
 "$KIND" load docker-image "$IMAGE" "$NEXT_IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
 
 # NetworkPolicy is enforced (kube-router's firewall only; docs/kind.md "NetworkPolicy"), and in
-# place before anything else is installed. PD_KIND_NETPOL_CHECK=1 also proves it (hack/netpol-check.sh).
+# place before anything else is installed; tests/e2e_kind.rs shows it enforces (deny, allow, removal).
 install_netpol() {
   local t image; t=$(date +%s)
   image=$(hack/netpol-image.sh)
@@ -79,9 +79,6 @@ install_netpol() {
   sed "s#image: pd-kube-router:.*#image: $image#" hack/kind/netpol.yaml | kubectl apply -f - >/dev/null
   kubectl -n kube-system rollout status ds/kube-router --timeout=180s >/dev/null
   log "NetworkPolicy enforcer $image ready in $(( $(date +%s) - t ))s"
-  if [ "${PD_KIND_NETPOL_CHECK:-0}" = 1 ]; then
-    hack/netpol-check.sh "$KIND" "$CLUSTER" "$TOOLS_BIN/kubectl" "$KUBECONFIG_FILE"
-  fi
 }
 install_netpol
 PROBE_IMAGE=$(hack/probe-image.sh)

@@ -769,6 +769,97 @@ fn the_network_policy_keeps_other_pods_off_the_engines_while_the_pair_serves() {
     assert!(connects_from_stranger(&ns.name, &ip, rank_port), "rank port {rank_port} still closed without the policy");
 }
 
+// ---- The tier's NetworkPolicy enforcer itself (kube-router, firewall only; docs/kind.md) ----
+
+/// Whether `client` gets an HTTP answer from the busybox httpd at `ip:8080` (not just an open port).
+fn reaches(ns: &str, client: &str, ip: &str) -> bool {
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 1 {ip} 8080 | grep -q '^ok'");
+    cluster().kubectl(&["exec", "-n", ns, client, "--", "sh", "-c", &script]).status.success()
+}
+
+/// Polls until (friend reaches, stranger reaches) is `want` in two rounds in a row (one refused
+/// connection could be a fluke); how long until it first held.
+fn reach_settles(ns: &str, ip: &str, want: (bool, bool)) -> Duration {
+    let t0 = std::time::Instant::now();
+    let mut held: Option<Duration> = None;
+    wait_for(Duration::from_secs(30), &format!("(friend, stranger) reaching the server: {want:?}"), || {
+        let got = (reaches(ns, "friend", ip), reaches(ns, "stranger", ip));
+        match (got == want, held) {
+            (true, Some(at)) => return Ok(at),
+            (true, None) => held = Some(t0.elapsed()),
+            (false, _) => held = None,
+        }
+        Err(format!("{got:?}"))
+    })
+}
+
+/// The server's failed readiness probes so far (its Unhealthy events' counts).
+fn probe_failures(ns: &str) -> u64 {
+    let o =
+        cluster().kubectl(&["get", "events", "-n", ns, "--field-selector", "involvedObject.name=server,reason=Unhealthy", "-o", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["items"].as_array().map(|items| items.iter().filter_map(|e| e["count"].as_u64().or(Some(1))).sum()).unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+/// The tier enforces NetworkPolicy as a cluster with a policy-aware CNI does: with no policy both
+/// clients reach the server; default-deny ingress on it, neither; plus an allow from
+/// `role=client`, only the friend; policies deleted, both again. The server's readiness probe (from
+/// the node) never fails under the policies.
+fn the_kind_tier_enforces_network_policy_deny_allow_and_removal() {
+    let ns = TestNamespace::new("kind-np-enforcer");
+    let probe = std::env::var("PD_KIND_PROBE_IMAGE").expect("PD_KIND_PROBE_IMAGE: run through `make e2e-kind`");
+    let pod = |name: &str, labels: Value, command: Value, readiness: Value| {
+        let mut c = json!({"name": "c", "image": probe, "imagePullPolicy": "Never", "command": command});
+        if !readiness.is_null() {
+            c["readinessProbe"] = readiness;
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [c]}})
+    };
+    let sleeper = json!(["sleep", "3600"]);
+    // One missed probe turns the server unready: a blocked probe would show at once.
+    let readiness = json!({"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1, "timeoutSeconds": 3});
+    for p in [
+        pod("server", json!({"app": "server"}), json!(["httpd", "-f", "-p", "8080", "-h", "/www"]), readiness),
+        pod("friend", json!({"role": "client"}), sleeper.clone(), Value::Null),
+        pod("stranger", json!({}), sleeper, Value::Null),
+    ] {
+        assert!(ns.apply(&p.to_string()).status.success());
+    }
+    let ip = wait_for(WAIT, "the server, friend and stranger pods ready", || {
+        let ready = ["server", "friend", "stranger"].iter().all(|p| ns.get_json("pod", p).is_ok_and(|v| is_ready(&v)));
+        let ip = ns.get_json("pod", "server")?["status"]["podIP"].as_str().unwrap_or_default().to_owned();
+        (ready && !ip.is_empty()).then_some(ip).ok_or_else(|| "not all ready".to_owned())
+    });
+    eprintln!("no policy: {:?}", reach_settles(&ns.name, &ip, (true, true)));
+    // A probe may fail while httpd starts; count from here.
+    let baseline = probe_failures(&ns.name);
+    let policy = |name: &str, ingress: Value| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name},
+            "spec": {"podSelector": {"matchLabels": {"app": "server"}}, "policyTypes": ["Ingress"], "ingress": ingress}})
+        .to_string()
+    };
+    let ready_unbroken = || {
+        let server = ns.get_json("pod", "server").expect("the server pod");
+        let failed = probe_failures(&ns.name) - baseline;
+        assert!(is_ready(&server) && failed == 0, "the server's readiness probe failed under the policy: {failed} failures");
+    };
+    assert!(ns.apply(&policy("server-deny-ingress", json!([]))).status.success());
+    eprintln!("default-deny ingress: {:?}", reach_settles(&ns.name, &ip, (false, false)));
+    std::thread::sleep(Duration::from_secs(5));
+    ready_unbroken();
+    let allow = json!([{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": 8080, "protocol": "TCP"}]}]);
+    assert!(ns.apply(&policy("server-allow-clients", allow)).status.success());
+    eprintln!("plus an allow from role=client: {:?}", reach_settles(&ns.name, &ip, (true, false)));
+    std::thread::sleep(Duration::from_secs(5));
+    ready_unbroken();
+    assert!(cluster().kubectl(&["delete", "networkpolicy", "--all", "-n", &ns.name]).status.success());
+    eprintln!("policies deleted: {:?}", reach_settles(&ns.name, &ip, (true, true)));
+    ready_unbroken();
+}
+
 // ---- A DSA decode (issue #15): the page size and KV dtype SGLang resolves for DSA ----
 
 /// DeepSeek-V3.2-Exp's config.json (DSA: `index_topk`), as the model ConfigMap carries it.
