@@ -46,6 +46,9 @@ pub struct FetchModelArgs {
     /// Seconds between progress reports.
     #[arg(long, default_value_t = 5)]
     pub report_every: u64,
+    /// Files downloaded at once.
+    #[arg(long, default_value_t = hub_fetch::DEFAULT_PARALLEL, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
 }
 
 /// Runs the fetch; exit 0 once every file is in place, 4 when it stopped (the report says why).
@@ -65,6 +68,7 @@ async fn fetch(args: FetchModelArgs) -> ExitCode {
         dest: args.dest.clone(),
         token: args.token.clone().filter(|t| !t.trim().is_empty()),
         part_tag: args.progress_job.clone().unwrap_or_else(|| "pd".into()),
+        parallel: usize::from(args.parallel),
     };
     let every = Duration::from_secs(args.report_every.max(1));
     let job = match &args.progress_job {

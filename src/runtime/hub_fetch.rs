@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::header::{AUTHORIZATION, CONTENT_RANGE, LINK, LOCATION, RANGE, USER_AGENT};
 use hyper::{Request, Response, Uri};
@@ -36,7 +37,14 @@ pub struct FetchSpec {
     /// Names this fetcher's `.part` files, so fetchers of two PDDeployments sharing a claim never
     /// write the same one (a Job's retries share its tag, and resume).
     pub part_tag: String,
+    /// Files downloaded at once.
+    pub parallel: usize,
 }
+
+/// Files downloaded at once unless told otherwise: a Hub or mirror serves each connection at a
+/// bounded rate, so a repository of many shards fetches faster over several (huggingface_hub's
+/// `snapshot_download` uses 8 workers).
+pub const DEFAULT_PARALLEL: u16 = 4;
 
 /// Why a fetch stopped; each names the URL or file.
 #[derive(Debug, Error)]
@@ -68,25 +76,108 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FetchError + '_ {
     move |source| FetchError::Io { path: path.display().to_string(), source }
 }
 
-/// The fetch: every file of the repository in `spec.dest`; `report` sees the progress as it goes.
+/// The fetch: every file of the repository in `spec.dest`, `spec.parallel` at a time; `report`
+/// sees the progress as it goes. The first file that fails for good stops the rest (their parts
+/// stay, for the next run to resume).
 pub async fn fetch(spec: &FetchSpec, report: &mut dyn FnMut(&Progress)) -> Result<Progress, FetchError> {
     let files = list(spec).await?;
-    let mut progress = Progress {
-        total_bytes: files.iter().map(|f| f.size).sum(),
-        total_files: u32::try_from(files.len()).unwrap_or(u32::MAX),
-        ..Default::default()
+    let mut tally = Tally::new(&files);
+    info!(repo = %spec.repo, revision = %spec.revision, files = files.len(), bytes = tally.progress.total_bytes, parallel = spec.parallel, "fetching");
+    report(&tally.progress);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let work = futures::stream::iter(files.iter().enumerate())
+        .map(|(index, file)| fetch_file(spec, file, FileReport { index, tx: tx.clone() }))
+        .buffer_unordered(spec.parallel.max(1))
+        .try_collect::<()>();
+    tokio::pin!(work);
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(update) = rx.recv() => {
+                tally.apply(update);
+                report(&tally.progress);
+            }
+            result = &mut work => break result,
+        }
     };
-    info!(repo = %spec.repo, revision = %spec.revision, files = files.len(), bytes = progress.total_bytes, "fetching");
-    report(&progress);
-    for file in &files {
-        let done_before = progress.bytes;
-        fetch_file(spec, file, &mut progress, report).await?;
-        progress.bytes = done_before + file.size;
-        progress.files += 1;
-        report(&progress);
+    while let Ok(update) = rx.try_recv() {
+        tally.apply(update);
     }
-    progress.done = true;
-    Ok(progress)
+    report(&tally.progress);
+    result?;
+    tally.progress.done = true;
+    Ok(tally.progress)
+}
+
+/// What one file's fetch tells the whole.
+#[derive(Debug)]
+enum Update {
+    /// `have` bytes of the file are on disk, `new` of them just downloaded.
+    Bytes {
+        index: usize,
+        have: u64,
+        new: u64,
+    },
+    /// An attempt failed; another follows.
+    Retrying {
+        index: usize,
+        error: String,
+    },
+    Done {
+        index: usize,
+    },
+}
+
+/// One file's side of the channel.
+struct FileReport {
+    index: usize,
+    tx: tokio::sync::mpsc::UnboundedSender<Update>,
+}
+
+impl FileReport {
+    fn send(&self, update: Update) {
+        // The receiver outlives every file's fetch; a send can only fail after the fetch ended.
+        let _ = self.tx.send(update);
+    }
+}
+
+/// The whole fetch's progress, from the files' updates.
+struct Tally {
+    progress: Progress,
+    sizes: Vec<u64>,
+    have: Vec<u64>,
+    /// Files whose last attempt failed, with why; the first is the progress's error.
+    retrying: std::collections::BTreeMap<usize, String>,
+}
+
+impl Tally {
+    fn new(files: &[RepoFile]) -> Self {
+        let progress = Progress {
+            total_bytes: files.iter().map(|f| f.size).sum(),
+            total_files: u32::try_from(files.len()).unwrap_or(u32::MAX),
+            ..Default::default()
+        };
+        Self { progress, sizes: files.iter().map(|f| f.size).collect(), have: vec![0; files.len()], retrying: Default::default() }
+    }
+
+    fn apply(&mut self, update: Update) {
+        match update {
+            Update::Bytes { index, have, new } => {
+                self.have[index] = have;
+                self.progress.downloaded += new;
+            }
+            Update::Retrying { index, error } => {
+                self.retrying.insert(index, error);
+            }
+            Update::Done { index } => {
+                self.have[index] = self.sizes[index];
+                self.retrying.remove(&index);
+                self.progress.files += 1;
+            }
+        }
+        self.progress.bytes = self.have.iter().sum();
+        self.progress.error = self.retrying.values().next().cloned();
+    }
 }
 
 /// Every file of the listing, page by page.
@@ -111,47 +202,36 @@ pub async fn list(spec: &FetchSpec) -> Result<Vec<RepoFile>, FetchError> {
 }
 
 /// One file, in place and checked; attempts again after a transient failure.
-async fn fetch_file(
-    spec: &FetchSpec,
-    file: &RepoFile,
-    progress: &mut Progress,
-    report: &mut dyn FnMut(&Progress),
-) -> Result<(), FetchError> {
+async fn fetch_file(spec: &FetchSpec, file: &RepoFile, report: FileReport) -> Result<(), FetchError> {
     let target = spec.dest.join(&file.path);
     if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_file() && m.len() == file.size) {
+        report.send(Update::Done { index: report.index });
         return Ok(());
     }
     if let Some(parent) = target.parent() {
         tokio::fs::create_dir_all(parent).await.map_err(io(parent))?;
     }
     let part = PathBuf::from(format!("{}.{}.part", target.display(), spec.part_tag));
-    let base = progress.bytes;
     let mut attempt = 1;
     loop {
-        match download(spec, file, &part, (base, progress), report).await {
+        match download(spec, file, &part, &report).await {
             Ok(()) => break,
             Err(e) if e.transient() && attempt < ATTEMPTS => {
                 warn!(file = %file.path, attempt, error = %e, "attempt failed; trying again");
-                progress.error = Some(e.to_string());
-                report(progress);
+                report.send(Update::Retrying { index: report.index, error: e.to_string() });
                 tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                 attempt += 1;
             }
             Err(e) => return Err(e),
         }
     }
-    progress.error = None;
-    tokio::fs::rename(&part, &target).await.map_err(io(&target))
+    tokio::fs::rename(&part, &target).await.map_err(io(&target))?;
+    report.send(Update::Done { index: report.index });
+    Ok(())
 }
 
 /// One attempt: resume `part` from its length, then check it whole.
-async fn download(
-    spec: &FetchSpec,
-    file: &RepoFile,
-    part: &Path,
-    (base, progress): (u64, &mut Progress),
-    report: &mut dyn FnMut(&Progress),
-) -> Result<(), FetchError> {
+async fn download(spec: &FetchSpec, file: &RepoFile, part: &Path, report: &FileReport) -> Result<(), FetchError> {
     let url = model_fetch::file_url(&spec.endpoint, &spec.repo, &spec.revision, &file.path);
     let mut have = tokio::fs::metadata(part).await.map(|m| m.len()).unwrap_or(0);
     if have > file.size {
@@ -190,9 +270,7 @@ async fn download(
             out.write_all(&data).await.map_err(io(part))?;
             hash.update(&data);
             have += data.len() as u64;
-            progress.downloaded += data.len() as u64;
-            progress.bytes = base + have;
-            report(progress);
+            report.send(Update::Bytes { index: report.index, have, new: data.len() as u64 });
         }
         out.flush().await.map_err(io(part))?;
     }

@@ -74,6 +74,8 @@ pub enum Fault {
     Corrupt,
     /// Answers with this status instead.
     Status(u16),
+    /// Sends `after` bytes of the body, then waits for `HubStandIn::release` before the rest.
+    Hold { after: usize },
 }
 
 /// A running stand-in; it serves until the test process exits.
@@ -85,6 +87,7 @@ pub struct HubStandIn {
     /// File body bytes sent (resolve answers only, faults included).
     pub served: Arc<AtomicU64>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
+    released: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What a connection's thread shares with the stand-in.
@@ -94,14 +97,27 @@ struct Shared {
     log: Arc<Mutex<Vec<String>>>,
     served: Arc<AtomicU64>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
+    released: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl HubStandIn {
     pub fn start(files: HubFiles) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the stand-in Hub");
         let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
-        let shared = Shared { files: Arc::new(files), log: Arc::default(), served: Arc::default(), faults: Arc::default() };
-        let stand_in = Self { endpoint, log: shared.log.clone(), served: shared.served.clone(), faults: shared.faults.clone() };
+        let shared = Shared {
+            files: Arc::new(files),
+            log: Arc::default(),
+            served: Arc::default(),
+            faults: Arc::default(),
+            released: Arc::default(),
+        };
+        let stand_in = Self {
+            endpoint,
+            log: shared.log.clone(),
+            served: shared.served.clone(),
+            faults: shared.faults.clone(),
+            released: shared.released.clone(),
+        };
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let shared = shared.clone();
@@ -123,6 +139,11 @@ impl HubStandIn {
     /// Fails the next answer for a file whose request path ends with `path_suffix`.
     pub fn inject(&self, path_suffix: &str, fault: Fault) {
         self.faults.lock().unwrap_or_else(|p| p.into_inner()).push((path_suffix.to_owned(), fault));
+    }
+
+    /// Lets every held answer (`Fault::Hold`) send the rest of its body.
+    pub fn release(&self) {
+        self.released.store(true, Ordering::SeqCst);
     }
 }
 
@@ -208,9 +229,11 @@ fn serve(stream: TcpStream, shared: &Shared) {
         None
     };
     let mut send = a.body.len();
+    let mut hold = None;
     match fault {
         Some(Fault::Status(status)) => a = text(status, "injected"),
         Some(Fault::Drop { after }) => send = after.min(send),
+        Some(Fault::Hold { after }) => hold = Some(after),
         Some(Fault::Corrupt) => {
             let mut bad = a.body.to_vec();
             if let Some(b) = bad.get_mut(send / 2) {
@@ -233,7 +256,13 @@ fn serve(stream: TcpStream, shared: &Shared) {
         return;
     }
     let body = if a.file && a.status < 300 { &a.body[..send] } else { &a.body[..] };
-    for chunk in body.chunks(64 << 10) {
+    for (i, chunk) in body.chunks(64 << 10).enumerate() {
+        if hold.is_some_and(|after| i * (64 << 10) >= after) {
+            while !shared.released.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            hold = None;
+        }
         if stream.write_all(chunk).is_err() {
             return;
         }
