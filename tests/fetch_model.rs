@@ -76,6 +76,24 @@ fn walk(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A stand-in Hub serving `repo(shard)`, and a scratch directory with the fetch's destination
+/// `dest` and its final report `log`.
+struct Fixture {
+    hub: HubStandIn,
+    want: Vec<(String, Vec<u8>)>,
+    total: u64,
+    dir: tempfile::TempDir,
+    dest: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+fn fixture(shard: usize) -> Fixture {
+    let (files, want) = repo(shard);
+    let dir = tempfile::tempdir().unwrap();
+    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    Fixture { hub: HubStandIn::start(files), total: size(&want), want, dir, dest, log }
+}
+
 #[test]
 fn a_fetch_puts_every_file_in_place_and_a_second_run_downloads_nothing() {
     let (files, want) = repo(3 << 20);
@@ -97,11 +115,7 @@ fn a_fetch_puts_every_file_in_place_and_a_second_run_downloads_nothing() {
 
 #[test]
 fn a_dropped_connection_resumes_where_it_stopped_and_so_does_the_next_run() {
-    let (files, want) = repo(3 << 20);
-    let total = size(&want);
-    let hub = HubStandIn::start(files);
-    let dir = tempfile::tempdir().unwrap();
-    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    let Fixture { hub, want, total, dir, dest, log } = fixture(3 << 20);
     // Mid-file twice in one run: the retries ask for the rest with Range.
     hub.inject(SHARD1, Fault::Drop { after: 1 << 20 });
     hub.inject(SHARD1, Fault::Drop { after: 1 << 20 });
@@ -136,11 +150,7 @@ fn a_dropped_connection_resumes_where_it_stopped_and_so_does_the_next_run() {
 /// answer mid-body, every other file arrives; released, the shard completes on the same answer.
 #[test]
 fn the_other_files_arrive_while_one_shard_is_held_mid_body() {
-    let (files, want) = repo(3 << 20);
-    let total = size(&want);
-    let hub = HubStandIn::start(files);
-    let dir = tempfile::tempdir().unwrap();
-    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    let Fixture { hub, want, total, dir: _dir, dest, log } = fixture(3 << 20);
     hub.inject(SHARD1, Fault::Hold { after: 1 << 20 });
     let endpoint = hub.endpoint.clone();
     let (d, l) = (dest.clone(), log.clone());
@@ -163,10 +173,7 @@ fn the_other_files_arrive_while_one_shard_is_held_mid_body() {
 
 #[test]
 fn a_corrupted_body_fails_the_hubs_sha256_and_is_fetched_again() {
-    let (files, want) = repo(1 << 20);
-    let hub = HubStandIn::start(files);
-    let dir = tempfile::tempdir().unwrap();
-    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    let Fixture { hub, want, dir: _dir, dest, log, .. } = fixture(1 << 20);
     hub.inject(SHARD2, Fault::Corrupt);
     let out = fetch_model(&hub.endpoint, &dest, &log);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -179,10 +186,7 @@ fn a_corrupted_body_fails_the_hubs_sha256_and_is_fetched_again() {
 
 #[test]
 fn a_missing_file_stops_the_fetch_naming_the_file_and_the_status() {
-    let (files, _) = repo(1 << 20);
-    let hub = HubStandIn::start(files);
-    let dir = tempfile::tempdir().unwrap();
-    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    let Fixture { hub, dir, dest, log, .. } = fixture(1 << 20);
     hub.inject(SHARD2, Fault::Status(404));
     let out = fetch_model(&hub.endpoint, &dest, &log);
     assert_eq!(out.status.code(), Some(4));
@@ -208,11 +212,7 @@ fn a_missing_file_stops_the_fetch_naming_the_file_and_the_status() {
 #[test]
 #[ignore = "a benchmark: 200 MB through the stand-in Hub"]
 fn bench_fetch_200mb() {
-    let (files, want) = repo(133 << 20);
-    let total = size(&want);
-    let hub = HubStandIn::start(files);
-    let dir = tempfile::tempdir().unwrap();
-    let (dest, log) = (dir.path().join("m"), dir.path().join("report"));
+    let Fixture { hub, total, dir, dest, log, .. } = fixture(133 << 20);
     let started = Instant::now();
     let out = fetch_model(&hub.endpoint, &dest, &log);
     let clean = started.elapsed();
