@@ -74,6 +74,9 @@ fn chart_lints_and_templates_with_default_and_custom_values() {
     }
     assert!(y.contains("replicas: 2") && y.contains("--leader-elect=true") && y.contains("name: rel-pd-operator-webhook"));
     assert!(y.contains("readOnlyRootFilesystem: true") && y.contains("runAsNonRoot: true") && y.contains("drop: [ALL]"));
+    // The engines' NetworkPolicy lets the operator's own scrape in by this label.
+    let label = format!("{}: {}", pd_core::render::LABEL_COMPONENT, pd_core::render::OPERATOR_COMPONENT);
+    assert!(y.contains(&label), "the operator's pods lack {label}");
     let o = c.helm(&[
         "template",
         "rel",

@@ -31,41 +31,60 @@ fn prometheus_bin() -> PathBuf {
 }
 
 /// A prefill and a decode stand-in on this host: prefill computes prompts slowly (so TTFT under
-/// load is long) and decode runs few requests at once.
+/// load is long) and decode runs few requests at once. Addresses are `host:port`.
 struct Engines {
     _prefill: Background,
     _decode: Background,
-    prefill_http: u16,
-    bootstrap: u16,
-    decode_http: u16,
+    prefill_http: String,
+    bootstrap: String,
+    decode_http: String,
 }
 
 fn start_engines() -> Engines {
-    let (prefill_http, bootstrap, decode_http) = (free_port(), free_port(), free_port());
-    let (ph, b, dh) = (prefill_http.to_string(), bootstrap.to_string(), decode_http.to_string());
-    let common = ["--model-path", "sim-model", "--host", "127.0.0.1", "--sim-itl-ms", "5"];
-    let prefill = ["prefill", "--port", &ph, "--disaggregation-bootstrap-port", &b, "--sim-prefill-tokens-per-s", "2000"];
-    let decode = ["decode", "--port", &dh];
+    let local = |port: u16| ("127.0.0.1".to_owned(), port);
+    start_engines_at(local(free_port()), free_port(), local(free_port()))
+}
+
+/// The stand-ins listening on `(host, port)`: the prefill's HTTP port with its bootstrap port
+/// on the same host, the decode's HTTP port.
+fn start_engines_at(prefill: (String, u16), bootstrap: u16, decode: (String, u16)) -> Engines {
+    let (ph, b, dh) = (prefill.1.to_string(), bootstrap.to_string(), decode.1.to_string());
+    let common = ["--model-path", "sim-model", "--sim-itl-ms", "5"];
+    let prefill_args =
+        ["prefill", "--host", &prefill.0, "--port", &ph, "--disaggregation-bootstrap-port", &b, "--sim-prefill-tokens-per-s", "2000"];
+    let decode_args = ["decode", "--host", &decode.0, "--port", &dh];
     let spawn = |name: &str, args: &[&str]| Background::sim(name, &[args, &common[..]].concat());
-    let (p, d) = (spawn("planner-prefill", &prefill), spawn("planner-decode", &decode));
-    p.wait_port(prefill_http);
-    d.wait_port(decode_http);
-    Engines { _prefill: p, _decode: d, prefill_http, bootstrap, decode_http }
+    let (p, d) = (spawn("planner-prefill", &prefill_args), spawn("planner-decode", &decode_args));
+    let e = Engines {
+        _prefill: p,
+        _decode: d,
+        prefill_http: format!("{}:{ph}", prefill.0),
+        bootstrap: format!("{}:{b}", prefill.0),
+        decode_http: format!("{}:{dh}", decode.0),
+    };
+    for addr in [&e.prefill_http, &e.decode_http] {
+        wait_for(Duration::from_secs(30), &format!("a stand-in listening on {addr}"), || {
+            std::net::TcpStream::connect(addr.as_str())
+                .map(|_| ())
+                .map_err(|err| format!("{err}; logs:\n{}\n{}", e._prefill.log_text(), e._decode.log_text()))
+        });
+    }
+    e
 }
 
 /// Prometheus scraping both engines every second, each target relabelled as the PodMonitor
 /// relabels a pod of PDDeployment `ns/pdd` (charts/pd-operator/templates/podmonitor.yaml).
 fn start_prometheus(ns: &str, pdd: &str, e: &Engines) -> (Background, u16, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let job = |role: &str, port: u16| {
+    let job = |role: &str, addr: &str| {
         format!(
-            "- job_name: {role}\n  scrape_interval: 1s\n  static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n  relabel_configs:\n  \
+            "- job_name: {role}\n  scrape_interval: 1s\n  static_configs: [{{targets: ['{addr}']}}]\n  relabel_configs:\n  \
              - {{target_label: namespace, replacement: {ns}}}\n  - {{target_label: pdd, replacement: {pdd}}}\n  \
              - {{target_label: role, replacement: {role}}}\n  - {{target_label: pd_instance, replacement: '0'}}\n"
         )
     };
     let config =
-        format!("global: {{scrape_interval: 1s}}\nscrape_configs:\n{}{}", job("prefill", e.prefill_http), job("decode", e.decode_http));
+        format!("global: {{scrape_interval: 1s}}\nscrape_configs:\n{}{}", job("prefill", &e.prefill_http), job("decode", &e.decode_http));
     std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
     let port = free_port();
     let prom = Background::spawn(
@@ -83,18 +102,17 @@ fn start_prometheus(ns: &str, pdd: &str, e: &Engines) -> (Background, u16, tempf
 /// Closed-loop load through both engines (pd-sim bench plays the gateway): long prompts queue on
 /// the slow prefill.
 fn load(e: &Engines, seconds: u32) -> Background {
-    let (target, prefill, bootstrap) =
-        (format!("127.0.0.1:{}", e.decode_http), format!("127.0.0.1:{}", e.prefill_http), format!("127.0.0.1:{}", e.bootstrap));
+    let (target, prefill, bootstrap) = (&e.decode_http, &e.prefill_http, &e.bootstrap);
     Background::sim(
         "planner-load",
         &[
             "bench",
             "--target",
-            &target,
+            target,
             "--prefill",
-            &prefill,
+            prefill,
             "--bootstrap",
-            &bootstrap,
+            bootstrap,
             "--model",
             "sim-model",
             "--concurrency",
@@ -235,4 +253,143 @@ fn the_apiserver_refuses_crossed_kv_thresholds_and_a_non_http_prometheus_naming_
     assert!(text(&o).contains("spec.autoscaling.prometheus.url"), "{}", text(&o));
     let o = ns.apply(&manifest("Sometimes", "http://prom:9090"));
     assert!(text(&o).contains("spec.autoscaling.mode"), "{}", text(&o));
+    // The operator's own scrape compares its passes' samples: a window shorter than a pass has none.
+    let short = manifest("Recommend", "x")
+        .replace("    prometheus: {url: 'x'}\n", "")
+        .replace("metricsWindowSeconds: 10", "metricsWindowSeconds: 1");
+    let o = ns.apply(&short);
+    assert!(!o.status.success(), "a window shorter than intervalSeconds accepted without a Prometheus");
+    assert!(text(&o).contains("metricsWindowSeconds must be at least intervalSeconds"), "{}", text(&o));
+    let with_prometheus = manifest("Recommend", "http://prom:9090").replace("metricsWindowSeconds: 10", "metricsWindowSeconds: 1");
+    assert!(ns.apply(&with_prometheus).status.success(), "with a Prometheus the window is PromQL's");
+}
+
+/// A kwok node whose pods get addresses on this host's loopback (`podCIDR` in 127.0.0.0/8, which
+/// kwok allocates pod IPs from), tainted for one namespace's pods: a stand-in started at a pod's
+/// address plays that pod's engine for a client that reaches pods by IP, as the operator's own
+/// scrape does. Deleted on drop.
+struct LoopbackNode {
+    name: String,
+}
+
+impl LoopbackNode {
+    fn new(ns: &TestNamespace, cidr: &str) -> Self {
+        let name = format!("loopback-{}", ns.name);
+        let yaml = format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  annotations: {{kwok.x-k8s.io/node: fake}}\n  \
+             labels: {{type: kwok, kubernetes.io/hostname: {name}, nvidia.com/gpu.present: 'true', pd-test/loopback: {ns}}}\n\
+             spec:\n  podCIDR: {cidr}\n  taints: [{{key: pd-test/loopback, value: {ns}, effect: NoSchedule}}]\n\
+             status:\n  capacity: {{cpu: '32', memory: 256Gi, pods: '20', nvidia.com/gpu: '8'}}\n  \
+             allocatable: {{cpu: '32', memory: 256Gi, pods: '20', nvidia.com/gpu: '8'}}\n",
+            ns = ns.name
+        );
+        let o = cluster().kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        assert!(o.status.success(), "{}", text(&o));
+        Self { name }
+    }
+
+    /// The template lines that put a role's pods on this node.
+    fn template(ns: &TestNamespace) -> String {
+        format!(
+            "template: {{nodeSelector: {{pd-test/loopback: {ns}}}, tolerations: [{{key: pd-test/loopback, value: {ns}, effect: NoSchedule}}]}}",
+            ns = ns.name
+        )
+    }
+}
+
+impl Drop for LoopbackNode {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "node", &self.name, "--wait=false"]);
+    }
+}
+
+/// The address of the Ready leader pod of `role` of PDDeployment `plan`.
+fn leader_ip(ns: &TestNamespace, role: &str) -> Result<String, String> {
+    let selector = format!("pd.inference.dev/deployment=plan,pd.inference.dev/role={role},pd.inference.dev/node-rank=0");
+    let o = cluster().kubectl(&["get", "pods", "-n", &ns.name, "-l", &selector, "-o", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
+    let pod = v["items"].as_array().and_then(|i| i.first()).ok_or("no pod yet")?;
+    let ready = pod["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True");
+    let ip = pod["status"]["podIP"].as_str().filter(|_| ready).ok_or_else(|| format!("not Ready with an IP: {}", pod["status"]))?;
+    Ok(ip.to_owned())
+}
+
+#[test]
+fn without_prometheus_the_planner_scrapes_the_engine_pods_itself_and_says_which_did_not_answer() {
+    let ns = TestNamespace::new("plannerscrape");
+    let _node = LoopbackNode::new(&ns, "127.77.0.0/24");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let place = LoopbackNode::template(&ns);
+    let spec = manifest("Recommend", "unused")
+        .replace("    prometheus: {url: 'unused'}\n", "")
+        .replace("prefill: {replicas: 1,", &format!("prefill: {{{place}, replicas: 1,"))
+        .replace("decode: {replicas: 1,", &format!("decode: {{{place}, replicas: 1,"));
+    assert!(ns.apply(&spec).status.success(), "{spec}");
+    let (prefill_ip, decode_ip) = wait_for(WAIT, "both leaders Ready with a loopback address", || {
+        Ok::<_, String>((leader_ip(&ns, "prefill")?, leader_ip(&ns, "decode")?))
+    });
+    assert!(prefill_ip.starts_with("127.77.0.") && decode_ip.starts_with("127.77.0."), "{prefill_ip} {decode_ip}");
+
+    // Nothing listens at the pods' addresses yet: no change, and the status names the pod.
+    wait_for(WAIT, "MetricsUnavailable naming an engine pod that did not answer", || {
+        let a = autoscaling(&ns)?;
+        let m = a["message"].as_str().unwrap_or_default();
+        (a["reason"] == "MetricsUnavailable" && m.contains("engine pod plan-") && m.contains(":30000"))
+            .then_some(())
+            .ok_or_else(|| a.to_string())
+    });
+
+    let http = pd_api::DEFAULT_HTTP_PORT;
+    let engines = start_engines_at((prefill_ip, http), pd_api::DEFAULT_BOOTSTRAP_PORT, (decode_ip, http));
+    let _load = load(&engines, 300);
+    let recommended = wait_for(WAIT, "a Recommend pass on the scraped figures asking for 2 prefill", || {
+        let a = autoscaling(&ns)?;
+        let (p, d) = (&a["prefill"], &a["decode"]);
+        let ok = a["reason"] == "Recommended"
+            && p["recommended"] == 2
+            && p["reason"].as_str().is_some_and(|r| r.starts_with("up: TTFT p90 (s)"))
+            && p["observed"]["ttftP90Seconds"].as_f64().is_some_and(|t| t > 0.3)
+            && d["observed"]["itlP90Seconds"].as_f64().is_some_and(|t| t > 0.0)
+            && d["observed"]["runningRequests"].as_f64().is_some()
+            && d["observed"]["kvUsage"].as_f64().is_some();
+        ok.then(|| a.clone()).ok_or_else(|| a.to_string())
+    });
+    eprintln!("recommendation from the engines' own /metrics: {recommended}");
+    assert_eq!(prefill_instances(&ns).unwrap(), 1, "Recommend changes no count");
+}
+
+/// `GET http://addr/path` with curl; the body.
+fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    let o = Command::new("curl").args(["-sf", "--max-time", "5", &format!("http://{addr}{path}")]).output().map_err(|e| e.to_string())?;
+    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).into_owned()).ok_or_else(|| text(&o))
+}
+
+#[test]
+fn the_planners_own_quantile_equals_prometheus_histogram_quantile_on_the_same_engine() {
+    use pd_core::planner::{promql, scrape};
+    let engines = start_engines();
+    let (_prom, port, _dir) = start_prometheus("q", "q", &engines);
+    let mut traffic = load(&engines, 3);
+    std::thread::sleep(Duration::from_secs(5));
+    traffic.stop();
+    // Once the histograms stop moving, Prometheus' latest scrape and the planner's read of the
+    // same exposition must give the same p90 (both over the counts since the engine started).
+    let agreed = wait_for(Duration::from_secs(30), "the same p90 from Prometheus and from the planner's own read", || {
+        let ours = scrape::parse(&http_get(&engines.decode_http, scrape::METRICS_PATH)?).map_err(|e| e.to_string())?;
+        let mut pairs = Vec::new();
+        for (metric, buckets) in [(promql::TTFT, &ours.ttft), (promql::ITL, &ours.itl)] {
+            let query = format!("histogram_quantile({}, sum by (le) ({metric}_bucket{{role=\"decode\"}}))", promql::QUANTILE);
+            let path =
+                format!("/api/v1/query?query={}", query.replace('{', "%7B").replace('}', "%7D").replace('"', "%22").replace(' ', "%20"));
+            let answer: Value = serde_json::from_str(&http_get(&format!("127.0.0.1:{port}"), &path)?).map_err(|e| e.to_string())?;
+            let theirs = promql::value(&answer).map_err(|e| e.to_string())?;
+            let mine = buckets.quantile(promql::QUANTILE);
+            match (mine, theirs) {
+                (Some(a), Some(b)) if (a - b).abs() <= 1e-9 * b.abs().max(1.0) && a > 0.0 => pairs.push((metric, a, b)),
+                other => return Err(format!("{metric}: planner {:?}, Prometheus {:?}", other.0, other.1)),
+            }
+        }
+        Ok(pairs)
+    });
+    eprintln!("p90 (planner, Prometheus): {agreed:?}");
 }

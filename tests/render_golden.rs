@@ -13,6 +13,7 @@ fn rendered(example: &str) -> Rendered {
         sim_image: "pd-sim:test".into(),
         default_namespace: "ml".into(),
         workload_api: false,
+        ..RenderOptions::default()
     };
     rendered_with(example, &opts)
 }
@@ -198,6 +199,7 @@ fn every_example_renders_argv_each_release_parses() {
                     sim_image: "pd-sim:test".into(),
                     default_namespace: "ml".into(),
                     workload_api: false,
+                    ..RenderOptions::default()
                 };
                 let Ok(r) = render::render(&pdd, &model::resolve(&pdd.spec.model, None), &opts) else { continue };
                 for pod in r.pods() {

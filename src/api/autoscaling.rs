@@ -1,5 +1,5 @@
 //! The planner of a PDDeployment (`spec.autoscaling`): SLO targets and load thresholds against
-//! SGLang's own metrics read from Prometheus, and what it last recommended (`status.autoscaling`).
+//! SGLang's own metrics read from Prometheus or the engines, and what it last recommended (`status.autoscaling`).
 //! See docs/scaling.md.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -20,13 +20,16 @@ pub enum AutoscalingMode {
 
 /// The planner: each role's instance count from SGLang's metrics. Prefill follows TTFT and the
 /// queue, decode follows ITL and KV-cache usage; always within `spec.scaling`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.prometheus) || self.metricsWindowSeconds >= self.intervalSeconds").message("spec.autoscaling.metricsWindowSeconds must be at least intervalSeconds when the planner scrapes the engines itself (no prometheus): it compares the passes' samples; raise metricsWindowSeconds or name a Prometheus").field_path(".metricsWindowSeconds"))]
 pub struct AutoscalingSpec {
     pub mode: AutoscalingMode,
     /// Where SGLang's metrics are read: a Prometheus scraping the engines with the labels the
-    /// chart's PodMonitor puts on them (`namespace`, `pdd`, `role`).
-    pub prometheus: PrometheusSource,
+    /// chart's PodMonitor puts on them (`namespace`, `pdd`, `role`). Unset: the operator reads
+    /// each engine leader's `/metrics` itself every pass (the engines need `--enable-metrics`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusSource>,
     /// Latency objectives (p90 over `metricsWindowSeconds`).
     #[serde(default)]
     pub slo: SloTargets,
@@ -45,7 +48,8 @@ pub struct AutoscalingSpec {
     #[serde(default = "default_interval")]
     #[schemars(range(min = 1))]
     pub interval_seconds: u32,
-    /// The window of the rates and quantiles read (PromQL `[Ns]`); at least 4 scrape intervals.
+    /// The window of the rates and quantiles read (PromQL `[Ns]`); at least 4 scrape intervals
+    /// with a Prometheus, at least `intervalSeconds` without (the operator's passes are its scrapes).
     #[serde(default = "default_window")]
     #[schemars(range(min = 1))]
     pub metrics_window_seconds: u32,

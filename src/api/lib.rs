@@ -483,7 +483,7 @@ flag_enum!(
 );
 
 /// The two engine roles of a PD deployment.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Prefill,

@@ -12,6 +12,7 @@ use pd_api::{AutoscalingSpec, Observed, PDDeploymentSpec, Role};
 use crate::scaling::{self, Ask, Asked, Source};
 
 pub mod promql;
+pub mod scrape;
 
 /// The field manager the planner writes a `PDRole`'s `spec.replicas` with (in `Auto` mode): the
 /// owner `PDRoleStatus::replicasOwner` shows for a role the planner drives.

@@ -51,6 +51,10 @@ pub const ROUTER_ROLE: &str = "router";
 /// `true` on every engine pod (prefill and decode, not the router): what the engines' headless
 /// Service selects.
 pub const LABEL_ENGINE: &str = "pd.inference.dev/engine";
+/// On the operator's own pods (the chart's pod template): what the engines' NetworkPolicy lets
+/// in to their HTTP port when the planner scrapes the engines itself.
+pub const LABEL_COMPONENT: &str = "pd.inference.dev/component";
+pub const OPERATOR_COMPONENT: &str = "operator";
 /// What names the objects that cover both roles' engine pods (`{name}-engines`): their headless
 /// Service and NetworkPolicy.
 const ENGINES: &str = "engines";
@@ -81,6 +85,9 @@ pub struct RenderOptions {
     pub sim_image: String,
     /// Namespace used when the object has none (offline `render`).
     pub default_namespace: String,
+    /// The namespace the operator runs in (its pods carry `LABEL_COMPONENT: operator`): where the
+    /// planner's own scrape of the engines comes from.
+    pub operator_namespace: String,
     /// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup,
     /// `scheduling.k8s.io/v1beta1`): `placement.gang: auto` uses it then.
     pub workload_api: bool,
@@ -92,10 +99,14 @@ impl Default for RenderOptions {
             operator_image: default_operator_image(),
             sim_image: default_sim_image(),
             default_namespace: "default".into(),
+            operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
             workload_api: false,
         }
     }
 }
+
+/// Where the chart is installed unless told otherwise (README, `make demo`).
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "pd-system";
 
 pub fn default_operator_image() -> String {
     format!("pd-operator:{}", env!("CARGO_PKG_VERSION"))
@@ -1066,7 +1077,7 @@ pub fn render_sets(
     let (instances, surge) =
         engine_instances(intent, (name, &ns, set), &owners, opts).into_iter().partition(|i| i.index < spec.instances(i.role));
     (out.instances, out.surge) = (instances, surge);
-    out.network_policies = netpol::policies(spec, name, &ns, &owners);
+    out.network_policies = netpol::policies(spec, (name, &ns), &owners, &opts.operator_namespace);
     out.pod_groups = placement::pod_groups(spec, name, &ns, set, &owners, opts);
     out.pd_roles = scale_targets(spec, name, &ns, &owners);
     if spec.router.enabled {

@@ -152,6 +152,10 @@ pub struct RenderArgs {
     /// The stand-in's image (`pd-sim`), for `engine.type: sim` with no `engine.image`.
     #[arg(long, env = "PD_SIM_IMAGE", default_value_t = render::default_sim_image())]
     pub sim_image: String,
+    /// The namespace the operator runs in: a planner that scrapes the engines itself is let in
+    /// from there by the engines' NetworkPolicy.
+    #[arg(long, default_value = render::DEFAULT_OPERATOR_NAMESPACE)]
+    pub operator_namespace: String,
     /// Render as for a cluster that serves Kubernetes' gang scheduling API (PodGroups for
     /// `placement.gang: auto`); the controller finds this out from the cluster itself.
     #[arg(long)]
@@ -270,6 +274,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
                 operator_image: args.operator_image,
                 sim_image: args.sim_image,
                 default_namespace: "default".into(),
+                operator_namespace: args.leader_election_namespace.clone(),
                 workload_api: false,
             },
             namespace: args.namespace,
@@ -390,6 +395,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
         operator_image: args.operator_image,
         sim_image: args.sim_image,
         default_namespace: args.namespace,
+        operator_namespace: args.operator_namespace,
         workload_api: args.workload_api,
     };
     let mut failed = false;

@@ -5,6 +5,8 @@
 //!   /route`, `/health`), the rank ports the KV moves over (dynamic), `--dist-init-addr` and the
 //!   collective ports of multi-node instances; the decode's handshake sidecar shares its pod.
 //! - router → engines' HTTP port (requests, health checks, discovery's probes).
+//! - the operator → engines' HTTP port, when its planner scrapes their `/metrics` itself
+//!   (`spec.autoscaling` without a Prometheus).
 //! - `clientsFrom` (default: the namespace) → the router's port and its metrics port; with the
 //!   router disabled, to the engines' HTTP port instead.
 //!
@@ -17,11 +19,19 @@ use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{LABEL_DEPLOYMENT, LABEL_ROLE, ROUTER_METRICS_PORT, ROUTER_ROLE, common_labels, engine_pods, engines_name, meta};
+use super::{
+    LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ROLE, OPERATOR_COMPONENT, ROUTER_METRICS_PORT, ROUTER_ROLE, common_labels, engine_pods,
+    engines_name, meta,
+};
 use pd_api::{DEFAULT_HTTP_PORT, PDDeploymentSpec};
 
 /// `<name>-engines` and, with the router on, `<name>-router`; none when the spec turns them off.
-pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Vec<NetworkPolicy> {
+pub(super) fn policies(
+    spec: &PDDeploymentSpec,
+    (name, ns): (&str, &str),
+    owners: &Option<Vec<OwnerReference>>,
+    operator_namespace: &str,
+) -> Vec<NetworkPolicy> {
     if !spec.network_policy.enabled {
         return Vec::new();
     }
@@ -33,6 +43,9 @@ pub(super) fn policies(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &O
         ingress.push(rule(vec![pods(router_of(name))], &[DEFAULT_HTTP_PORT, spec.kv_transfer.bootstrap_port]));
     } else {
         ingress.push(rule(clients.clone(), &[DEFAULT_HTTP_PORT]));
+    }
+    if spec.autoscaling.as_ref().is_some_and(|a| a.prometheus.is_none()) {
+        ingress.push(rule(vec![operator_pods(operator_namespace)], &[DEFAULT_HTTP_PORT]));
     }
     let mut out = vec![policy(engines_name(name), ns, name, owners, engines, ingress)];
     if spec.router.enabled {
@@ -83,6 +96,17 @@ fn pods(selector: LabelSelector) -> NetworkPolicyPeer {
     NetworkPolicyPeer { pod_selector: Some(selector), ..Default::default() }
 }
 
+/// The operator's pods, in its namespace (`kubernetes.io/metadata.name`, set by the apiserver).
+fn operator_pods(namespace: &str) -> NetworkPolicyPeer {
+    let select =
+        |k: &str, v: &str| LabelSelector { match_labels: Some(BTreeMap::from([(k.to_owned(), v.to_owned())])), ..Default::default() };
+    NetworkPolicyPeer {
+        namespace_selector: Some(select("kubernetes.io/metadata.name", namespace)),
+        pod_selector: Some(select(LABEL_COMPONENT, OPERATOR_COMPONENT)),
+        ..Default::default()
+    }
+}
+
 fn router_of(name: &str) -> LabelSelector {
     LabelSelector {
         match_labels: Some(BTreeMap::from([
@@ -118,7 +142,7 @@ mod tests {
 
     #[test]
     fn engines_take_any_port_from_their_own_engines_and_http_from_their_router_only() {
-        let ps = policies(&spec(serde_json::json!({})), "m", "ns", &None);
+        let ps = policies(&spec(serde_json::json!({})), ("m", "ns"), &None, "pd-system");
         let names: Vec<_> = ps.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["m-engines", "m-router"]);
         let engines = &ps[0];
@@ -136,20 +160,20 @@ mod tests {
 
     #[test]
     fn the_router_takes_its_port_from_the_namespace_unless_clients_are_named() {
-        let ps = policies(&spec(serde_json::json!({})), "m", "ns", &None);
+        let ps = policies(&spec(serde_json::json!({})), ("m", "ns"), &None, "pd-system");
         let router = ingress(&ps[1]);
         assert_eq!(router[0].from, Some(vec![pods(LabelSelector::default())]), "every pod of the namespace");
         assert_eq!(ports_of(&router[0]), [8000, i32::from(ROUTER_METRICS_PORT)]);
         let only = serde_json::json!({"namespaceSelector": {"matchLabels": {"team": "web"}}});
         let named = spec(serde_json::json!({"networkPolicy": {"clientsFrom": [only]}, "router": {"port": 9000}}));
-        let router = ingress(&policies(&named, "m", "ns", &None)[1]);
+        let router = ingress(&policies(&named, ("m", "ns"), &None, "pd-system")[1]);
         assert_eq!(serde_json::to_value(&router[0].from).unwrap(), serde_json::json!([only]));
         assert_eq!(ports_of(&router[0]), [9000, i32::from(ROUTER_METRICS_PORT)]);
     }
 
     #[test]
     fn without_a_router_the_clients_reach_the_engines_http_port() {
-        let ps = policies(&spec(serde_json::json!({"router": {"enabled": false}})), "m", "ns", &None);
+        let ps = policies(&spec(serde_json::json!({"router": {"enabled": false}})), ("m", "ns"), &None, "pd-system");
         assert_eq!(ps.len(), 1);
         let rules = ingress(&ps[0]);
         assert_eq!(rules[1].from, Some(vec![pods(LabelSelector::default())]));
@@ -157,7 +181,21 @@ mod tests {
     }
 
     #[test]
+    fn a_planner_without_prometheus_lets_the_operators_pods_reach_the_engines_http_port() {
+        let scrape = serde_json::json!({"autoscaling": {"mode": "Recommend"}});
+        let rules = ingress(&policies(&spec(scrape), ("m", "ns"), &None, "ops")[0]);
+        assert_eq!(rules.len(), 3, "{rules:?}");
+        let from = serde_json::to_value(&rules[2].from).unwrap();
+        let want = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+            "podSelector": {"matchLabels": {"pd.inference.dev/component": "operator"}}}]);
+        assert_eq!(from, want);
+        assert_eq!(ports_of(&rules[2]), [i32::from(DEFAULT_HTTP_PORT)]);
+        let prometheus = serde_json::json!({"autoscaling": {"mode": "Recommend", "prometheus": {"url": "http://p:9090"}}});
+        assert_eq!(ingress(&policies(&spec(prometheus), ("m", "ns"), &None, "ops")[0]).len(), 2, "Prometheus scrapes as a client");
+    }
+
+    #[test]
     fn switched_off_renders_none() {
-        assert!(policies(&spec(serde_json::json!({"networkPolicy": {"enabled": false}})), "m", "ns", &None).is_empty());
+        assert!(policies(&spec(serde_json::json!({"networkPolicy": {"enabled": false}})), ("m", "ns"), &None, "pd-system").is_empty());
     }
 }

@@ -154,6 +154,9 @@ pub struct Context {
     status_written: Mutex<HashMap<String, (Instant, pd_api::PDDeploymentStatus)>>,
     /// Pods this process created that the pod cache may not show yet (`ns/name` → when).
     expected_pods: Mutex<HashMap<String, Instant>>,
+    /// The planner's own scrapes of each PDDeployment's engines (`ns/name/uid`), when it reads
+    /// no Prometheus.
+    scrapes: Mutex<HashMap<String, pd_core::planner::scrape::History>>,
 }
 
 /// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
@@ -186,6 +189,7 @@ impl Context {
             stores,
             status_written: Mutex::default(),
             expected_pods: Mutex::default(),
+            scrapes: Mutex::default(),
         }
     }
 
@@ -468,10 +472,11 @@ fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDe
 }
 
 /// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
-/// deployment label and the labels, annotations, phase and conditions the planner reads. The spec,
+/// deployment label and the labels, annotations, phase and conditions the planner reads, and
+/// the address the autoscaling planner scrapes. The spec,
 /// container statuses, other labels and the conditions' other timestamps are most of a pod's memory, and the
 /// cache holds every pod.
-fn slim_pod(p: &mut Pod) {
+pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the sidecar's image and whether it has a startup probe
     // (`ObservedPod::sidecar_image`, `sidecar_probed`).
     p.spec = plan::sidecar(p).map(|c| PodSpec {
@@ -497,7 +502,9 @@ fn slim_pod(p: &mut Pod) {
             // lastTransitionTime stays: the planner's minReadySeconds counts from Ready's.
             (c.last_probe_time, c.observed_generation) = (None, None);
         }
-        *s = k8s_openapi::api::core::v1::PodStatus { phase: s.phase.take(), conditions: Some(conditions), ..Default::default() };
+        // The pod's address: where the planner scrapes an engine without a Prometheus.
+        let (phase, pod_ip) = (s.phase.take(), s.pod_ip.take());
+        *s = k8s_openapi::api::core::v1::PodStatus { phase, pod_ip, conditions: Some(conditions), ..Default::default() };
     }
 }
 

@@ -1,5 +1,6 @@
 //! The planner pass of a PDDeployment with `spec.autoscaling`, at most once per `intervalSeconds`:
-//! read SGLang's metrics from Prometheus, decide (`pd_core::planner`), write `status.autoscaling`
+//! read SGLang's metrics from Prometheus or, without one, from the engines themselves
+//! (`engines`), decide (`pd_core::planner`), write `status.autoscaling`
 //! and an Event, and in `Auto` mode move each role's count through its `PDRole`, as `kubectl
 //! scale` would (so the ownership rules of docs/scaling.md hold, and a scale-down drains through
 //! the reconcile's usual path). A Prometheus that does not answer changes nothing.
@@ -23,6 +24,8 @@ use pd_runtime::prometheus::{Prometheus, PrometheusError};
 
 use super::{Context, Error};
 
+mod engines;
+
 /// How long one query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The status reasons of a pass.
@@ -45,7 +48,8 @@ pub(super) async fn pass(ctx: &Context, pdd: &PDDeployment, owner: (&str, &str),
             return Some(Duration::try_from(left).unwrap_or(interval));
         }
     }
-    let span = info_span!("planner", mode = ?auto.mode, prometheus = %auto.prometheus.url);
+    let source = auto.prometheus.as_ref().map_or("engines", |p| p.url.as_str());
+    let span = info_span!("planner", mode = ?auto.mode, source);
     if let Err(e) = run(ctx, pdd, owner, scaled, (auto, previous, now)).instrument(span).await {
         warn!(error = %e, "planner pass failed");
     }
@@ -61,9 +65,14 @@ async fn run(
     (auto, previous, now): (&AutoscalingSpec, AutoscalingStatus, jiff::Timestamp),
 ) -> Result<(), Error> {
     let (ns, name) = owner;
-    let observed = match observe(auto, ns, name).await {
+    let uid = pdd.metadata.uid.as_deref().unwrap_or_default();
+    let observed = match &auto.prometheus {
+        Some(p) => query(&p.url, auto, ns, name).await.map_err(|e| e.to_string()),
+        None => engines::observe(ctx, auto, (ns, name, uid)).await.map_err(|e| e.to_string()),
+    };
+    let observed = match observed {
         Ok(o) => o,
-        Err(e) => return unavailable(ctx, pdd, owner, previous, &e.to_string(), now).await,
+        Err(e) => return unavailable(ctx, pdd, owner, previous, &e, now).await,
     };
     let input = |role: Role, o: Observed, p: &RoleRecommendation| RoleInput {
         current: scaled.count(role),
@@ -97,9 +106,9 @@ async fn run(
     write(ctx, ns, name, &status).await
 }
 
-/// Each role's figures; `Err` when Prometheus does not answer (or refuses a query).
-async fn observe(auto: &AutoscalingSpec, ns: &str, name: &str) -> Result<(Observed, Observed), PrometheusError> {
-    let prometheus = Prometheus::new(&auto.prometheus.url)?;
+/// Each role's figures from Prometheus at `url`; `Err` when it does not answer (or refuses a query).
+async fn query(url: &str, auto: &AutoscalingSpec, ns: &str, name: &str) -> Result<(Observed, Observed), PrometheusError> {
+    let prometheus = Prometheus::new(url)?;
     let mut out = (Observed::default(), Observed::default());
     for (role, observed) in [(Role::Prefill, &mut out.0), (Role::Decode, &mut out.1)] {
         for figure in promql::figures(role) {
