@@ -760,6 +760,19 @@ fn the_network_policy_keeps_other_pods_off_the_engines_while_the_pair_serves() {
     assert_eq!(http_from_stranger(&ns.name, &ip, 8998, register), None, "the stranger reached PUT /route");
     assert!(!connects_from_stranger(&ns.name, &ip, rank_port), "the stranger reached rank port {rank_port}");
     assert_eq!(http_from_stranger(&ns.name, &ip, 30000, health), None, "the stranger reached the engine's HTTP port");
+    // The planner without a Prometheus: the operator's own pods, and they alone, are let in to
+    // the engines' HTTP port to scrape /metrics (the rule is added to the same policy).
+    let scrape = r#"{"spec":{"autoscaling":{"mode":"Recommend","intervalSeconds":2,"metricsWindowSeconds":10}}}"#;
+    assert!(cluster().kubectl(&["patch", "pdd", name, "-n", &ns.name, "--type=merge", "-p", scrape]).status.success());
+    let planned = wait_for(WAIT, "a planner pass on figures the operator scraped from the engines", || {
+        let a = ns.get_json("pdd", name)?["status"]["autoscaling"].clone();
+        let gauges = |role: &str| a[role]["observed"]["runningRequests"].is_number() && a[role]["observed"]["queuedRequests"].is_number();
+        (a["reason"] == "Recommended" && gauges("prefill") && gauges("decode") && a["decode"]["observed"]["kvUsage"].is_number())
+            .then(|| a.clone())
+            .ok_or_else(|| a.to_string())
+    });
+    eprintln!("planner through the NetworkPolicy: {planned}");
+    assert_eq!(http_from_stranger(&ns.name, &ip, 30000, health), None, "the scrape rule let the stranger in too");
     // Policy off: the same requests get through (which is why it is on by default).
     let off = r#"{"spec":{"networkPolicy":{"enabled":false}}}"#;
     assert!(cluster().kubectl(&["patch", "pdd", name, "-n", &ns.name, "--type=merge", "-p", off]).status.success());
