@@ -472,10 +472,9 @@ fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDe
 }
 
 /// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
-/// deployment label and the labels, annotations, phase and conditions the planner reads, and
-/// the address the autoscaling planner scrapes. The spec,
-/// container statuses, other labels and the conditions' other timestamps are most of a pod's memory, and the
-/// cache holds every pod.
+/// deployment label and the labels, annotations, phase and conditions the planner reads, and the
+/// address the autoscaling planner scrapes. The spec, container statuses, other labels and the
+/// conditions' other timestamps are most of a pod's memory, and the cache holds every pod.
 pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the sidecar's image and whether it has a startup probe
     // (`ObservedPod::sidecar_image`, `sidecar_probed`).

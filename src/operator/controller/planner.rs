@@ -1,9 +1,9 @@
 //! The planner pass of a PDDeployment with `spec.autoscaling`, at most once per `intervalSeconds`:
 //! read SGLang's metrics from Prometheus or, without one, from the engines themselves
-//! (`engines`), decide (`pd_core::planner`), write `status.autoscaling`
-//! and an Event, and in `Auto` mode move each role's count through its `PDRole`, as `kubectl
-//! scale` would (so the ownership rules of docs/scaling.md hold, and a scale-down drains through
-//! the reconcile's usual path). A Prometheus that does not answer changes nothing.
+//! (`engines`), decide (`pd_core::planner`), write `status.autoscaling` and an Event, and in
+//! `Auto` mode move each role's count through its `PDRole`, as `kubectl scale` would (so the
+//! ownership rules of docs/scaling.md hold, and a scale-down drains through the reconcile's usual
+//! path). A Prometheus or an engine that does not answer changes nothing.
 //!
 //! Both writes use the planner's own field manager (`pd_core::planner::FIELD_MANAGER`): the
 //! status apply of the reconcile never owns `status.autoscaling`, so neither undoes the other.
