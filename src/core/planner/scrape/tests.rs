@@ -1,15 +1,16 @@
 use super::*;
 
-/// An engine's exposition as SGLang's prometheus_client writes it, two TP ranks.
+/// An engine's exposition as SGLang's prometheus_client writes it: two TP ranks, and TTFT split by
+/// `is_streaming` as 0.5.23's `metrics_collector.py` splits it (the planner sums every series).
 fn exposition(ttft: [f64; 4], queued: [f64; 2], usage: [f64; 2]) -> String {
     let mut s = String::from(
         "# HELP sglang:time_to_first_token_seconds Histogram of time to first token in seconds.\n\
          # TYPE sglang:time_to_first_token_seconds histogram\n",
     );
-    for (rank, share) in [(0, 1.0), (1, 0.0)] {
+    for (rank, streaming, share) in [(0, "true", 0.75), (0, "false", 0.25), (1, "true", 0.0)] {
         for (le, c) in ["0.1", "0.5", "1.0", "+Inf"].iter().zip(ttft) {
             s += &format!(
-                "sglang:time_to_first_token_seconds_bucket{{engine_type=\"unified\",le=\"{le}\",model_name=\"a \\\"b}} c\",tp_rank=\"{rank}\"}} {}\n",
+                "sglang:time_to_first_token_seconds_bucket{{engine_type=\"unified\",is_streaming=\"{streaming}\",le=\"{le}\",model_name=\"a \\\"b}} c\",tp_rank=\"{rank}\"}} {}\n",
                 c * share
             );
         }
