@@ -23,26 +23,34 @@ pub enum ScrapeError {
     Line { line: usize, text: String },
 }
 
-/// One histogram: the cumulative count of each bucket, by its upper bound as written (`le`).
+/// One histogram: the cumulative count of each bucket by its upper bound (`le`), sorted by bound.
+/// Bounds are kept as numbers (a few bytes each: the operator keeps a window of these per engine).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Buckets(BTreeMap<String, f64>);
+pub struct Buckets(Vec<(f64, f64)>);
 
 impl Buckets {
-    fn add(&mut self, le: &str, count: f64) {
-        *self.0.entry(le.to_owned()).or_default() += count;
+    fn add(&mut self, le: f64, count: f64) {
+        match self.0.binary_search_by(|(b, _)| b.total_cmp(&le)) {
+            Ok(i) => self.0[i].1 += count,
+            Err(i) => self.0.insert(i, (le, count)),
+        }
+    }
+
+    fn count(&self, le: f64) -> f64 {
+        self.0.binary_search_by(|(b, _)| b.total_cmp(&le)).map_or(0.0, |i| self.0[i].1)
     }
 
     /// The observations (the `+Inf` bucket).
     fn total(&self) -> f64 {
-        self.0.iter().filter(|(le, _)| parse_number(le) == Some(f64::INFINITY)).map(|(_, c)| c).sum()
+        self.count(f64::INFINITY)
     }
 
     /// The increase since `base`: the difference, or the whole count after a counter reset (a
     /// restarted engine counts from zero), as Prometheus' `increase` reads a reset.
     fn since(&self, base: Option<&Buckets>) -> Buckets {
         match base {
-            Some(b) if self.0.iter().all(|(le, c)| *c >= b.0.get(le).copied().unwrap_or(0.0)) => {
-                Buckets(self.0.iter().map(|(le, c)| (le.clone(), c - b.0.get(le).copied().unwrap_or(0.0))).collect())
+            Some(b) if self.0.iter().all(|&(le, c)| c >= b.count(le)) => {
+                Buckets(self.0.iter().map(|&(le, c)| (le, c - b.count(le))).collect())
             }
             _ => self.clone(),
         }
@@ -53,8 +61,7 @@ impl Buckets {
     /// bucket answered with the highest finite bound; `None` without observations or without a
     /// `+Inf` bucket.
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        let mut bounds: Vec<(f64, f64)> = self.0.iter().filter_map(|(le, c)| Some((parse_number(le)?, *c))).collect();
-        bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut bounds = self.0.clone();
         // Counts made monotonic, as Prometheus does for series scraped at slightly different times.
         let mut highest = 0.0_f64;
         for b in &mut bounds {
@@ -115,8 +122,8 @@ pub fn parse(text: &str) -> Result<PodMetrics, ScrapeError> {
         let (name, labels, value) = split_sample(line).ok_or_else(bad)?;
         let gauge = Gauge { sum: value, series: 1 };
         match (name.strip_suffix("_bucket"), name) {
-            (Some(TTFT), _) => out.ttft.add(label(labels, "le").ok_or_else(bad)?, value),
-            (Some(ITL), _) => out.itl.add(label(labels, "le").ok_or_else(bad)?, value),
+            (Some(TTFT), _) => out.ttft.add(label(labels, "le").and_then(parse_number).ok_or_else(bad)?, value),
+            (Some(ITL), _) => out.itl.add(label(labels, "le").and_then(parse_number).ok_or_else(bad)?, value),
             (_, QUEUED) => out.queued.add(gauge),
             (_, RUNNING) => out.running.add(gauge),
             (_, TOKEN_USAGE) => out.token_usage.add(gauge),
@@ -185,8 +192,12 @@ pub struct Sample {
 pub struct History(VecDeque<Sample>);
 
 impl History {
-    /// Adds a pass's sample and forgets those older than `window`: no later pass reads them.
-    pub fn push(&mut self, sample: Sample, window: SignedDuration) {
+    /// Adds a pass's sample and forgets those older than `window`: no later pass reads them. Of
+    /// prefill pods only the gauges are kept: latencies are read on decode (see `observed`).
+    pub fn push(&mut self, mut sample: Sample, window: SignedDuration) {
+        for ((_, _), m) in sample.pods.iter_mut().filter(|((r, _), _)| *r == Role::Prefill) {
+            (m.ttft, m.itl) = (Buckets::default(), Buckets::default());
+        }
         let cutoff = sample.at - window;
         self.0.push_back(sample);
         while self.0.front().is_some_and(|s| s.at < cutoff) {
@@ -211,7 +222,7 @@ impl History {
             for ((_, pod), m) in now.pods.iter().filter(|((r, _), _)| *r == Role::Decode) {
                 let before = base.pods.get(&(Role::Decode, pod.clone())).map(pick);
                 for (le, c) in pick(m).since(before).0 {
-                    sum.add(&le, c);
+                    sum.add(le, c);
                 }
             }
             (sum.total() > 0.0).then(|| sum.quantile(QUANTILE)).flatten()

@@ -26,7 +26,7 @@ fn exposition(ttft: [f64; 4], queued: [f64; 2], usage: [f64; 2]) -> String {
 fn buckets(pairs: &[(&str, f64)]) -> Buckets {
     let mut b = Buckets::default();
     for (le, c) in pairs {
-        b.add(le, *c);
+        b.add(parse_number(le).unwrap(), *c);
     }
     b
 }
@@ -92,6 +92,8 @@ fn one_sample_gives_gauges_and_no_latency() {
     let (p, d) = h.observed(window);
     assert_eq!((p.ttft_p90_seconds, d.itl_p90_seconds), (None, None), "a latency needs an increase");
     assert_eq!((p.queued_requests, d.queued_requests, d.kv_usage, p.kv_usage), (Some(7.0), Some(2.0), Some(0.5), None));
+    let kept = &h.0[0].pods[&(Role::Prefill, "p0".to_owned())];
+    assert_eq!((&kept.ttft, kept.queued.sum), (&Buckets::default(), 7.0), "of a prefill pod only the gauges are kept");
 }
 
 #[test]
