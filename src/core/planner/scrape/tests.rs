@@ -101,43 +101,25 @@ fn latencies_come_from_the_increase_over_the_window_across_pods_resets_and_new_p
     let window = SignedDuration::from_secs(60);
     let mut h = History::default();
     // d0 served 100 fast requests long ago; d1 will restart (its counters reset).
-    h.push(
-        sample(0, vec![(Role::Decode, "d0", decode([100.0, 100.0, 100.0, 100.0], 0.0)), (Role::Decode, "d1", decode([50.0; 4], 0.0))]),
-        window,
-    );
-    h.push(
-        sample(30, vec![(Role::Decode, "d0", decode([100.0, 100.0, 100.0, 100.0], 0.0)), (Role::Decode, "d1", decode([50.0; 4], 0.0))]),
-        window,
-    );
-    // Now, 60 s on: d0 served 10 slow requests, d1 restarted and served 5 in (0.1, 0.5], d2 is new with 5 in (0.5, 1].
-    h.push(
-        sample(
-            60,
-            vec![
-                (Role::Decode, "d0", decode([100.0, 100.0, 100.0, 110.0], 0.0)),
-                (Role::Decode, "d1", decode([0.0, 5.0, 5.0, 5.0], 0.0)),
-                (Role::Decode, "d2", decode([0.0, 0.0, 5.0, 5.0], 0.0)),
-            ],
-        ),
-        window,
-    );
+    let before = || vec![(Role::Decode, "d0", decode([100.0; 4], 0.0)), (Role::Decode, "d1", decode([50.0; 4], 0.0))];
+    // 60 s on: d0 served 10 slow requests, d1 restarted and served 5 in (0.1, 0.5], d2 is new with 5 in (0.5, 1].
+    let after = || {
+        vec![
+            (Role::Decode, "d0", decode([100.0, 100.0, 100.0, 110.0], 0.0)),
+            (Role::Decode, "d1", decode([0.0, 5.0, 5.0, 5.0], 0.0)),
+            (Role::Decode, "d2", decode([0.0, 0.0, 5.0, 5.0], 0.0)),
+        ]
+    };
+    h.push(sample(0, before()), window);
+    h.push(sample(30, before()), window);
+    h.push(sample(60, after()), window);
     // Increase: (0.1: 0, 0.5: 5, 1.0: 10, +Inf: 20); rank 18 falls in +Inf: the highest bound.
     assert_eq!(h.observed(window).0.ttft_p90_seconds, Some(1.0));
     // The first sample is now 60 s old, the base; a shorter window starts at the second, which
     // gives the same increase here.
     assert_eq!(h.observed(SignedDuration::from_secs(45)).0.ttft_p90_seconds, Some(1.0));
     // A quiet window (no new observation) has no latency: Prometheus answers NaN.
-    h.push(
-        sample(
-            90,
-            vec![
-                (Role::Decode, "d0", decode([100.0, 100.0, 100.0, 110.0], 0.0)),
-                (Role::Decode, "d1", decode([0.0, 5.0, 5.0, 5.0], 0.0)),
-                (Role::Decode, "d2", decode([0.0, 0.0, 5.0, 5.0], 0.0)),
-            ],
-        ),
-        window,
-    );
+    h.push(sample(90, after()), window);
     assert_eq!(h.observed(SignedDuration::from_secs(30)).0.ttft_p90_seconds, None);
     assert_eq!(h.0.len(), 3, "the sample 90 s old is forgotten");
     assert_eq!(h.latest(), Some(at(90)));
