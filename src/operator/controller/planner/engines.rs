@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
-use pd_api::conditions::HasStatus;
 use pd_api::{AutoscalingSpec, DEFAULT_HTTP_PORT, Observed, Role};
+use pd_core::plan::ObservedPod;
 use pd_core::planner::scrape::{self, METRICS_PATH, PodMetrics, Sample};
-use pd_core::render::{LABEL_NODE_RANK, LABEL_ROLE};
 use pd_runtime::http_client::{self, HttpError};
 use thiserror::Error;
 
@@ -68,18 +67,12 @@ pub(super) async fn observe(
 /// A pod worth scraping: a Ready, not terminating engine leader (node rank 0) with an address;
 /// its `http` port is the rendered `DEFAULT_HTTP_PORT` (the cache keeps no pod spec).
 fn target(pod: &Pod) -> Option<Target> {
-    let labels = pod.metadata.labels.as_ref()?;
-    let role = match labels.get(LABEL_ROLE)?.as_str() {
-        "prefill" => Role::Prefill,
-        "decode" => Role::Decode,
-        _ => return None,
-    };
-    let status = pod.status.as_ref()?;
-    let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.is_true());
-    if labels.get(LABEL_NODE_RANK).map(String::as_str) != Some("0") || !ready || pod.metadata.deletion_timestamp.is_some() {
+    let o = ObservedPod::from_pod(pod)?;
+    if o.node != 0 || !o.ready || o.deleting {
         return None;
     }
-    Some(Target { role, pod: pod.metadata.name.clone()?, addr: http_client::host_port(status.pod_ip.as_deref()?, DEFAULT_HTTP_PORT) })
+    let ip = pod.status.as_ref()?.pod_ip.as_deref()?;
+    Some(Target { role: o.role, pod: o.name, addr: http_client::host_port(ip, DEFAULT_HTTP_PORT) })
 }
 
 async fn fetch(t: &Target) -> Result<PodMetrics, ScrapeError> {
@@ -95,11 +88,12 @@ async fn fetch(t: &Target) -> Result<PodMetrics, ScrapeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pd_core::render::{LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_ROLE};
 
     fn pod(role: &str, rank: &str, ready: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("m-{role}-0-{rank}"), "namespace": "ns",
-                "labels": {"pd.inference.dev/deployment": "m", LABEL_ROLE: role, LABEL_NODE_RANK: rank}},
+                "labels": {"pd.inference.dev/deployment": "m", LABEL_ROLE: role, LABEL_INSTANCE: "0", LABEL_NODE_RANK: rank}},
             "spec": {"containers": [{"name": "engine", "ports": [{"name": "http", "containerPort": 30000}]}]},
             "status": {"phase": "Running", "podIP": "10.1.2.3", "conditions": [{"type": "Ready", "status": ready}]},
         }))
