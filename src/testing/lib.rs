@@ -244,18 +244,25 @@ pub struct ControllerProcess {
     env: Vec<(String, String)>,
 }
 
-/// A port nothing listens on, and one this test process has not handed out before: the kernel may
-/// give a just-released port again, and two replicas started together once got the same admin
-/// port (the second could not listen, and the first's /metrics answered for both).
+/// Ports handed out by [`free_port`]: below Linux's default ephemeral range (32768–60999), which
+/// the kernel uses for the source ports of outgoing connections. A port taken from that range
+/// (bind to port 0) could be given to some test's outgoing connection between the pick and the
+/// stand-in's bind; a registrar once lost its port that way and its registered ranks refused.
+const FREE_PORTS: std::ops::Range<u16> = 20000..32768;
+
+/// A port nothing listens on, and one this test process has not handed out before (two replicas
+/// started together once got the same admin port). Chosen at random in [`FREE_PORTS`], so test
+/// binaries running side by side rarely try the same one; a port in use is skipped.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
+        let port = rand::random_range(FREE_PORTS);
+        if given.contains(&port) || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
         }
+        given.push(port);
+        return port;
     }
 }
 
