@@ -106,40 +106,55 @@ pub struct Aggregate {
     pub message: String,
 }
 
+/// The gate's rule. A failed check closes it: the prefills of a KV set share one topology, so a
+/// failure is the decode's own mismatch. Otherwise one passed prefill opens it once every prefill
+/// had its first check: a prefill still starting, not yet in DNS, or lost is one this decode
+/// cannot pull from, but the others serve it and the router sends no request to an unready
+/// prefill. (All of them once had to pass: a prefill scale-up took the only decode out of
+/// service until the new pods were in DNS, and the router failed the requests meanwhile.)
 pub fn aggregate(verdicts: &[(String, Option<Verdict>)]) -> Aggregate {
     if verdicts.is_empty() {
         return Aggregate { passed: false, reason: "NoPrefillInstances".into(), message: "no prefill instance to check against".into() };
     }
-    let not_passed = verdicts.iter().filter(|(_, v)| !v.as_ref().is_some_and(Verdict::passed)).count();
-    let worst = verdicts
-        .iter()
-        .find(|(_, v)| matches!(v, Some(Verdict::Failed { .. })))
-        .or_else(|| verdicts.iter().find(|(_, v)| !v.as_ref().is_some_and(Verdict::passed)));
-    match worst {
-        None => {
-            let warnings: Vec<String> = verdicts
-                .iter()
-                .filter_map(|(_, v)| match v {
-                    Some(Verdict::Passed { warnings, .. }) => warnings.first().cloned(),
-                    _ => None,
-                })
-                .take(1)
-                .collect();
-            let mut message = format!("SGLang's bootstrap handshake passed against {} prefill instance(s)", verdicts.len());
-            if let Some(w) = warnings.first() {
-                message.push_str(&format!("; SGLang warns: {}", w.trim_end()));
-            }
-            Aggregate { passed: true, reason: "HandshakePassed".into(), message }
-        }
-        Some((addr, v)) => {
-            let (reason, text) = match v {
-                Some(v) => v.reason_and_message(),
-                None => ("Checking".into(), "first check in progress".into()),
-            };
-            let more = if not_passed > 1 { format!(" ({} more prefill instance(s) not passed)", not_passed - 1) } else { String::new() };
-            Aggregate { passed: false, reason, message: format!("prefill {addr}: {text}{more}") }
-        }
+    let is_passed = |v: &Option<Verdict>| v.as_ref().is_some_and(Verdict::passed);
+    let not_passed: Vec<&(String, Option<Verdict>)> = verdicts.iter().filter(|(_, v)| !is_passed(v)).collect();
+    let failed = not_passed.iter().find(|(_, v)| matches!(v, Some(Verdict::Failed { .. })));
+    let checking = not_passed.iter().find(|(_, v)| v.is_none());
+    let blocking = failed.or(checking);
+    let Some((addr, v)) = blocking.or(not_passed.first()).filter(|_| blocking.is_some() || not_passed.len() == verdicts.len()) else {
+        return passed(verdicts, &not_passed);
+    };
+    let (reason, text) = match v {
+        Some(v) => v.reason_and_message(),
+        None => ("Checking".into(), "first check in progress".into()),
+    };
+    let more = match not_passed.len() {
+        n if n > 1 => format!(" ({} more prefill instance(s) not passed)", n - 1),
+        _ => String::new(),
+    };
+    Aggregate { passed: false, reason, message: format!("prefill {addr}: {text}{more}") }
+}
+
+/// The open gate's message: how many passed, SGLang's first warning, and the prefills not (yet)
+/// passed with their reasons.
+fn passed(verdicts: &[(String, Option<Verdict>)], not_passed: &[&(String, Option<Verdict>)]) -> Aggregate {
+    let n = verdicts.len() - not_passed.len();
+    let mut message = format!("SGLang's bootstrap handshake passed against {n} prefill instance(s)");
+    let warning = verdicts.iter().find_map(|(_, v)| match v {
+        Some(Verdict::Passed { warnings, .. }) => warnings.first(),
+        _ => None,
+    });
+    if let Some(w) = warning {
+        message.push_str(&format!("; SGLang warns: {}", w.trim_end()));
     }
+    if !not_passed.is_empty() {
+        let others: Vec<String> = not_passed
+            .iter()
+            .map(|(addr, v)| format!("{addr} ({})", v.as_ref().map(|v| v.reason_and_message().0).unwrap_or_default()))
+            .collect();
+        message.push_str(&format!("; not serving this decode yet: {}", others.join(", ")));
+    }
+    Aggregate { passed: true, reason: "HandshakePassed".into(), message }
 }
 
 /// The rank map the controller copies into `status.rankMap`: the mapping of the first prefill
@@ -181,10 +196,11 @@ pub fn pod_patch(agg: &Aggregate, ranks: Option<&[RankMapping]>, transition: &st
     }))
 }
 
-/// Whether every prefill is decided (passed or failed); `Checking` and pending verdicts are not.
+/// Whether the gate is decided: closed by a failure or opened by a pass ([`aggregate`]'s rule);
+/// `Checking` and pending verdicts alone decide nothing.
 pub fn decided(verdicts: &[(String, Option<Verdict>)]) -> bool {
     let failed = verdicts.iter().any(|(_, v)| matches!(v, Some(Verdict::Failed { .. })));
-    failed || verdicts.iter().all(|(_, v)| v.as_ref().is_some_and(Verdict::passed))
+    failed || aggregate(verdicts).passed
 }
 
 /// The gate a restarted sidecar finds on its pod: passed, since when.
@@ -502,24 +518,40 @@ mod tests {
         }
     }
 
+    fn registering() -> Verdict {
+        Verdict::Pending { reason: "Registering".into(), message: "Prefill server not fully registered yet (1 workers registered).".into() }
+    }
+
+    fn ok() -> Verdict {
+        Verdict::Passed { info: Value::Null, ranks: vec![], warnings: vec![] }
+    }
+
     #[test]
     fn aggregate_prefers_failures_and_counts_the_rest() {
-        let pending = Verdict::Pending {
-            reason: "Registering".into(),
-            message: "Prefill server not fully registered yet (1 workers registered).".into(),
-        };
-        let passed = Verdict::Passed { info: Value::Null, ranks: vec![], warnings: vec![] };
-        let agg = aggregate(&[
-            ("a:1".into(), Some(pending.clone())),
-            ("b:1".into(), Some(failed("PageSizeMismatch"))),
-            ("c:1".into(), Some(passed.clone())),
-        ]);
+        let agg =
+            aggregate(&[("a:1".into(), Some(registering())), ("b:1".into(), Some(failed("PageSizeMismatch"))), ("c:1".into(), Some(ok()))]);
         assert!(!agg.passed);
         assert_eq!(agg.reason, "PageSizeMismatch");
         assert_eq!(agg.message, "prefill b:1: RuntimeError: Page size mismatch: x (1 more prefill instance(s) not passed)");
-        assert!(aggregate(&[("c:1".into(), Some(passed))]).passed);
+        assert!(aggregate(&[("c:1".into(), Some(ok()))]).passed);
         assert_eq!(aggregate(&[("c:1".into(), None)]).reason, "Checking");
+        assert_eq!(aggregate(&[("a:1".into(), Some(registering())), ("b:1".into(), Some(registering()))]).reason, "Registering");
         assert!(!aggregate(&[]).passed);
+    }
+
+    /// A prefill scale-up: the new pod is not in DNS yet, the old one serves; the decode stays in
+    /// service and its condition names the newcomer.
+    #[test]
+    fn one_passed_prefill_opens_the_gate_once_every_prefill_was_checked() {
+        let unreachable = Verdict::Pending { reason: "PrefillUnreachable".into(), message: "dns error".into() };
+        let agg = aggregate(&[("old:1".into(), Some(ok())), ("new:1".into(), Some(unreachable))]);
+        assert!(agg.passed, "{agg:?}");
+        assert_eq!(
+            agg.message,
+            "SGLang's bootstrap handshake passed against 1 prefill instance(s); not serving this decode yet: new:1 (PrefillUnreachable)"
+        );
+        let first = aggregate(&[("old:1".into(), Some(ok())), ("new:1".into(), None)]);
+        assert_eq!((first.passed, first.reason.as_str()), (false, "Checking"), "a first check still running keeps it closed");
     }
 
     #[test]
@@ -533,11 +565,11 @@ mod tests {
 
     #[test]
     fn only_passes_and_failures_are_decided() {
-        let passed = Verdict::Passed { info: Value::Null, ranks: vec![], warnings: vec![] };
         let pending = Verdict::Pending { reason: "Unreachable".into(), message: "connection refused".into() };
-        assert!(decided(&[("a:1".into(), Some(passed.clone()))]));
+        assert!(decided(&[("a:1".into(), Some(ok()))]));
         assert!(decided(&[("a:1".into(), Some(failed("PageSizeMismatch"))), ("b:1".into(), None)]));
-        assert!(!decided(&[("a:1".into(), Some(passed)), ("b:1".into(), None)]));
+        assert!(!decided(&[("a:1".into(), Some(ok())), ("b:1".into(), None)]));
+        assert!(decided(&[("a:1".into(), Some(ok())), ("b:1".into(), Some(pending.clone()))]), "one pass opens the gate");
         assert!(!decided(&[("a:1".into(), Some(pending))]));
     }
 
