@@ -89,6 +89,13 @@ pub struct LoadThresholds {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub queue_per_instance: Option<f64>,
+    /// Requests running per decode instance (`sglang:num_running_reqs`) above which decode scales
+    /// up: a leading signal, as ITL p90 breaks only once a window's requests already ran at the
+    /// old count. Set it to the running count at which your engine's ITL nears its objective
+    /// (docs/scaling.md). Unset: not a signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub running_per_instance: Option<f64>,
     /// Mean KV-cache usage of decode (`sglang:token_usage`, 0..1) above which decode scales up.
     #[serde(default = "default_kv_high")]
     #[schemars(range(min = 0.0, max = 1.0))]
@@ -101,7 +108,7 @@ pub struct LoadThresholds {
 
 impl Default for LoadThresholds {
     fn default() -> Self {
-        Self { queue_per_instance: None, kv_usage_high: default_kv_high(), kv_usage_low: default_kv_low() }
+        Self { queue_per_instance: None, running_per_instance: None, kv_usage_high: default_kv_high(), kv_usage_low: default_kv_low() }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The planner's decision (`spec.autoscaling`): each role's instance count from SGLang's metrics.
-//! Prefill follows TTFT and its queue, decode follows ITL and KV-cache usage. A role under
+//! Prefill follows TTFT and its queue, decode follows ITL, its running requests and KV-cache usage. A role under
 //! pressure scales up at once, in proportion (at most doubling a pass); a role whose load stayed
 //! low for the stabilisation window, and was not scaled within the cooldown, gives back one
 //! instance a pass. A role with no figure to judge holds (never scale on missing data). The
@@ -23,6 +23,9 @@ pub const LOW_LATENCY_SHARE: f64 = 0.5;
 pub const LOW_QUEUE_SHARE: f64 = 0.5;
 /// The most a role grows in one pass, as a multiple of its count.
 pub const MAX_STEP_UP: u32 = 2;
+/// How long a scale that has not landed (instances not Ready) holds the role's next scale-up: a
+/// pod that cannot start (no GPU left) must not stop the planner for good.
+pub const LANDING_GRACE: SignedDuration = SignedDuration::from_mins(10);
 
 /// Which way a role's count goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +45,8 @@ pub struct RoleInput {
     pub low_since: Option<Timestamp>,
     /// When the role's count last changed by the planner.
     pub last_scale: Option<Timestamp>,
+    /// Instances Ready now (leader pods Ready, not terminating).
+    pub ready: u32,
 }
 
 /// One role's decision.
@@ -78,6 +83,14 @@ impl Recommendation {
     /// Whether any role's count changes.
     pub fn changes(&self) -> bool {
         [&self.prefill, &self.decode].iter().any(|d| d.recommended != d.current)
+    }
+
+    /// The Event's action: the counts. An Event recorder folds Events of one action and reason
+    /// into a series that keeps its first note, so a constant action lost every later decision's
+    /// figures; each decision of other counts now makes its own Event.
+    pub fn action(&self) -> String {
+        let each = |d: &RoleDecision| format!("{} {}->{}", d.role.as_str(), d.current, d.recommended);
+        format!("Plan {}, {}", each(&self.prefill), each(&self.decode))
     }
 
     /// Both roles in one line, for an Event or the status message.
@@ -123,6 +136,8 @@ fn signals(role: Role, auto: &AutoscalingSpec, input: &RoleInput) -> Vec<Signal>
         }
         Role::Decode => {
             push("ITL p90 (s)", o.itl_p90_seconds, auto.slo.itl_p90_seconds, LOW_LATENCY_SHARE);
+            let per_instance = o.running_requests.map(|r| r / f64::from(input.current.max(1)));
+            push("running requests per instance", per_instance, auto.load.running_per_instance, LOW_QUEUE_SHARE);
             if let Some(kv) = o.kv_usage.filter(|v| v.is_finite()) {
                 out.push(Signal { name: "KV usage", value: kv, high: auto.load.kv_usage_high, low: auto.load.kv_usage_low });
             }
@@ -149,6 +164,11 @@ pub fn decide_role(role: Role, auto: &AutoscalingSpec, input: &RoleInput, now: T
     }
     let figures = signals.iter().map(Signal::text).collect::<Vec<_>>().join(", ");
     let pressure = signals.iter().map(Signal::pressure).fold(0.0, f64::max);
+    if pressure > 1.0 && current > 0 {
+        if let Some(why) = last_scale_pending(auto, input, now) {
+            return hold(format!("up held: {why}: {figures}; pressure {pressure:.2}"), None);
+        }
+    }
     if pressure > 1.0 || current == 0 {
         let want = (f64::from(current.max(1)) * pressure).ceil().min(f64::from(u32::MAX));
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -177,6 +197,28 @@ pub fn decide_role(role: Role, auto: &AutoscalingSpec, input: &RoleInput, now: T
     let want = current - 1;
     let reason = format!("down: low load for {}s: {figures}", low_for.as_secs());
     RoleDecision { wanted: want, recommended: want, direction: Direction::Down, reason, ..hold(String::new(), Some(since)) }
+}
+
+/// Why the role's last scale still holds the next scale-up, if it does: its instances are not all
+/// Ready yet (within `LANDING_GRACE`), or the metrics window still reaches back before it, so the
+/// figures still hold the load the last step is draining. (Without this hold a queue built at one
+/// instance took prefill 1 → 2 → 4 within fifteen seconds for a load that needed 3.)
+fn last_scale_pending(auto: &AutoscalingSpec, input: &RoleInput, now: Timestamp) -> Option<String> {
+    let at = input.last_scale?;
+    let since = now.duration_since(at);
+    if input.ready < input.current && since < LANDING_GRACE {
+        return Some(format!(
+            "the last scale ({}s ago) has not landed, {} of {} instances Ready",
+            since.as_secs(),
+            input.ready,
+            input.current
+        ));
+    }
+    let window = SignedDuration::from_secs(i64::from(auto.metrics_window_seconds));
+    (since < window).then(|| {
+        let left = (window - since).as_secs();
+        format!("the metrics window ({}s) reaches back before the last scale for {left}s more", auto.metrics_window_seconds)
+    })
 }
 
 /// Both roles' decisions, kept within `spec.scaling` (each role's bounds, then the ratio band)

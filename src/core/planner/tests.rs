@@ -19,7 +19,7 @@ fn t(secs: i64) -> Timestamp {
 }
 
 fn input(current: u32, observed: Observed) -> RoleInput {
-    RoleInput { current, observed, low_since: None, last_scale: None }
+    RoleInput { current, observed, low_since: None, last_scale: None, ready: current }
 }
 
 fn prefill_at(ttft: f64, queued: f64) -> Observed {
@@ -54,6 +54,22 @@ fn prefill_follows_its_queue_per_instance_and_decode_its_kv_usage() {
 }
 
 #[test]
+fn decode_leads_on_running_requests_per_instance_when_asked_to() {
+    let mut a = auto();
+    let busy = Observed { running_requests: Some(40.0), ..decode_at(0.02, 0.1) };
+    // Unset: running requests are no signal; ITL is within its objective.
+    assert_eq!(decide_role(Role::Decode, &a, &input(2, busy.clone()), t(0)).direction, Direction::Hold);
+    // 40 running on 2 instances against 16 per instance: 1.25 × 2 → 3, before ITL breaks.
+    a.load.running_per_instance = Some(16.0);
+    let d = decide_role(Role::Decode, &a, &input(2, busy), t(0));
+    assert_eq!((d.direction, d.wanted), (Direction::Up, 3), "{}", d.reason);
+    assert!(d.reason.contains("running requests per instance 20.000 (up above 16.000"), "{}", d.reason);
+    // Few running: low load as far as this signal goes.
+    let quiet = Observed { running_requests: Some(4.0), ..decode_at(0.01, 0.1) };
+    assert_eq!(decide_role(Role::Decode, &a, &input(2, quiet), t(0)).low_since, Some(t(0)));
+}
+
+#[test]
 fn with_no_figure_a_role_holds_and_says_why() {
     let d = decide_role(Role::Decode, &auto(), &input(4, Observed::default()), t(0));
     assert_eq!((d.direction, d.wanted), (Direction::Hold, 4));
@@ -83,8 +99,29 @@ fn scale_down_waits_for_the_stabilisation_window_then_the_cooldown_one_at_a_time
     let busy = RoleInput { low_since: Some(t(0)), ..input(3, prefill_at(0.7, 0.0)) };
     assert_eq!(decide_role(Role::Prefill, &a, &busy, t(500)).low_since, None);
     // Scale-up does not wait for the cooldown.
-    let hot = RoleInput { last_scale: Some(t(499)), ..input(3, prefill_at(2.0, 0.0)) };
+    let hot = RoleInput { last_scale: Some(t(400)), ..input(3, prefill_at(2.0, 0.0)) };
     assert_eq!(decide_role(Role::Prefill, &a, &hot, t(500)).direction, Direction::Up);
+}
+
+#[test]
+fn a_second_scale_up_waits_until_the_last_landed_and_the_window_moved_past_it() {
+    let a = auto(); // metricsWindowSeconds: 60 (the default)
+    let hot = |ready, last| RoleInput { ready, last_scale: Some(t(last)), ..input(2, prefill_at(3.0, 0.0)) };
+    // Scaled 1 → 2 ten seconds ago, the new instance not Ready yet: held.
+    let d = decide_role(Role::Prefill, &a, &hot(1, -10), t(0));
+    assert_eq!((d.direction, d.wanted), (Direction::Hold, 2), "{}", d.reason);
+    assert!(d.reason.starts_with("up held: the last scale (10s ago) has not landed, 1 of 2 instances Ready"), "{}", d.reason);
+    // Landed, but the window still holds the queue of one instance: held, and says for how long.
+    let d = decide_role(Role::Prefill, &a, &hot(2, -40), t(0));
+    assert_eq!(d.direction, Direction::Hold);
+    assert!(d.reason.contains("reaches back before the last scale for 20s more"), "{}", d.reason);
+    // Past the window: up again.
+    assert_eq!(decide_role(Role::Prefill, &a, &hot(2, -60), t(0)).direction, Direction::Up);
+    // A scale that never lands (no GPU left) stops holding after LANDING_GRACE.
+    let stuck = hot(1, -LANDING_GRACE.as_secs());
+    assert_eq!(decide_role(Role::Prefill, &a, &stuck, t(0)).direction, Direction::Up);
+    // A role the planner never scaled is not held.
+    assert_eq!(decide_role(Role::Prefill, &a, &input(2, prefill_at(3.0, 0.0)), t(0)).direction, Direction::Up);
 }
 
 #[test]
@@ -106,6 +143,7 @@ fn the_plan_keeps_each_role_and_the_band_and_says_which_bound_held() {
     assert_eq!(r.decode.direction, Direction::Up);
     assert!(r.changes());
     assert!(r.message().starts_with("prefill 2 → 3: up: TTFT p90"), "{}", r.message());
+    assert_eq!(r.action(), "Plan prefill 2->3, decode 2->3");
 }
 
 fn observed() -> impl Strategy<Value = Observed> {
@@ -133,7 +171,7 @@ proptest! {
         s.scaling.prefill = pd_api::RoleLimits { min_replicas: mins.0, max_replicas: spans.0.map(|x| mins.0 + x) };
         s.scaling.decode = pd_api::RoleLimits { min_replicas: mins.1, max_replicas: spans.1.map(|x| mins.1 + x) };
         s.scaling.ratio = band.map(|(min, extra)| RatioBand { min, max: min + extra });
-        let role_input = |c: u32, o: Observed, low: i64| RoleInput { current: c, observed: o, low_since: Some(t(-low)), last_scale: None };
+        let role_input = |c: u32, o: Observed, low: i64| RoleInput { current: c, observed: o, low_since: Some(t(-low)), last_scale: None, ready: c };
         let r = plan(&s, &auto(), (&role_input(current.0, obs.0, low_for.0), &role_input(current.1, obs.1, low_for.1)), t(0));
         for (d, limits) in [(&r.prefill, &s.scaling.prefill), (&r.decode, &s.scaling.decode)] {
             let min = u32::try_from(limits.min_replicas).unwrap();

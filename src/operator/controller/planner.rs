@@ -74,13 +74,15 @@ async fn run(
         Ok(o) => o,
         Err(e) => return unavailable(ctx, pdd, owner, previous, &e, now).await,
     };
-    let input = |role: Role, o: Observed, p: &RoleRecommendation| RoleInput {
+    let ready = engines::ready_instances(ctx, ns, name);
+    let input = |role: Role, o: Observed, p: &RoleRecommendation, ready: u32| RoleInput {
         current: scaled.count(role),
         observed: o,
         low_since: p.low_since.as_ref().map(|t| t.0),
         last_scale: p.last_scale_time.as_ref().map(|t| t.0),
+        ready,
     };
-    let inputs = (input(Role::Prefill, observed.0, &previous.prefill), input(Role::Decode, observed.1, &previous.decode));
+    let inputs = (input(Role::Prefill, observed.0, &previous.prefill, ready.0), input(Role::Decode, observed.1, &previous.decode, ready.1));
     let plan = planner::plan(&pdd.spec, auto, (&inputs.0, &inputs.1), now);
     let mut held = Vec::new();
     let mut moved = Vec::new();
@@ -186,7 +188,7 @@ async fn report(
     if plan.changes() {
         let verb = if auto.mode == pd_api::AutoscalingMode::Auto { SCALED } else { RECOMMENDED };
         let reason = if held.is_empty() { verb } else { HELD };
-        ctx.event(pdd, EventType::Normal, reason, "Plan", status.message.clone()).await;
+        ctx.event(pdd, EventType::Normal, reason, &plan.action(), status.message.clone()).await;
     }
     status
 }

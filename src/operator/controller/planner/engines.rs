@@ -64,13 +64,27 @@ pub(super) async fn observe(
     Ok(history.observed(window))
 }
 
-/// A pod worth scraping: a Ready, not terminating engine leader (node rank 0) with an address;
-/// its `http` port is the rendered `DEFAULT_HTTP_PORT` (the cache keeps no pod spec).
-fn target(pod: &Pod) -> Option<Target> {
-    let o = ObservedPod::from_pod(pod)?;
-    if o.node != 0 || !o.ready || o.deleting {
-        return None;
+/// Each role's Ready instances: its Ready, not terminating engine leaders in the pod cache.
+pub(super) fn ready_instances(ctx: &Context, ns: &str, name: &str) -> (u32, u32) {
+    let mut counts = (0, 0);
+    for o in ctx.stores.pods.labelled(ns, name).iter().filter_map(|p| ready_leader(p)) {
+        match o.role {
+            Role::Prefill => counts.0 += 1,
+            Role::Decode => counts.1 += 1,
+        }
     }
+    counts
+}
+
+/// A Ready, not terminating engine leader (node rank 0).
+fn ready_leader(pod: &Pod) -> Option<ObservedPod> {
+    ObservedPod::from_pod(pod).filter(|o| o.node == 0 && o.ready && !o.deleting)
+}
+
+/// A pod worth scraping: a ready engine leader with an address; its `http` port is the rendered
+/// `DEFAULT_HTTP_PORT` (the cache keeps no pod spec).
+fn target(pod: &Pod) -> Option<Target> {
+    let o = ready_leader(pod)?;
     let ip = pod.status.as_ref()?.pod_ip.as_deref()?;
     Some(Target { role: o.role, pod: o.name, addr: http_client::host_port(ip, DEFAULT_HTTP_PORT) })
 }
