@@ -23,7 +23,7 @@ COPY src/kubectl/Cargo.toml src/kubectl/
 # manifest whose declared targets are missing, so every target gets a placeholder.)
 RUN mkdir -p src/operator src/core/benches benches tests \
  && for f in src/api/lib.rs src/core/lib.rs src/runtime/lib.rs src/sim/lib.rs src/testing/lib.rs src/kubectl/lib.rs src/operator/lib.rs; do touch "$f"; done \
- && for f in src/operator/main.rs src/sim/main.rs src/kubectl/main.rs src/testing/parity_cases.rs benches/controller_scale.rs src/core/benches/planner_scrape.rs tests/chaos.rs; do echo 'fn main() {}' > "$f"; done \
+ && for f in src/operator/main.rs src/sim/main.rs src/kubectl/main.rs src/testing/parity_cases.rs benches/controller_scale.rs src/core/benches/planner_scrape.rs tests/chaos.rs tests/bench_planner.rs; do echo 'fn main() {}' > "$f"; done \
  && cargo build --release --locked -p pd-operator -p pd-sim \
  && find src benches -name '*.rs' -delete
 COPY src ./src

@@ -1,7 +1,7 @@
 # The two commands README promises: `make demo` and `make test`.
 SHELL := /bin/bash
 
-.PHONY: e2e-engine demo demo-down test rules-test chaos parity parity-sample dry-run-shim image-test gateway-image e2e-kind tools build lint crd bench-serving
+.PHONY: e2e-engine demo demo-down test rules-test chaos parity parity-sample dry-run-shim image-test gateway-image e2e-kind tools build lint crd bench-serving bench-planner
 
 demo:            ## local control plane with the CRD and the examples, left running
 	hack/demo.sh up
@@ -32,6 +32,9 @@ e2e-engine:      ## real SGLang 0.5.23 prefill+decode on CPU from rendered argv,
 
 bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopback: TTFT/ITL/req/s, KV GB/s
 	hack/bench-serving.sh
+
+bench-planner:   ## kind: the planner vs a fixed 3 x 1:1 under a shifting open-loop load (SLO windows, GPU-seconds)
+	PD_KIND_SUITE=bench-planner hack/kind-e2e.sh
 
 parity:          ## validate vs each SGLang release's own start-up (0.5.21-0.5.23): examples, rule specs, 5,000 generated specs each
 	hack/parity.sh

@@ -8,6 +8,7 @@
 # is stopped. Fails loudly when Docker cannot start: this tier is never skipped.
 #   PD_KIND_KEEP=1 hack/kind-e2e.sh    # leave the cluster, and a failed test's namespace, running
 #   PD_KIND_TESTS=rollout hack/kind-e2e.sh   # only the tests whose names contain "rollout"
+#   PD_KIND_SUITE=bench-planner hack/kind-e2e.sh   # the planner benchmark instead (make bench-planner)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -101,6 +102,14 @@ helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS"
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
   --set simImage.repository="${SIM_IMAGE%:*}" --set simImage.tag="${SIM_IMAGE##*:}" \
   --wait --timeout 5m >/dev/null
+if [ "${PD_KIND_SUITE:-e2e}" = bench-planner ]; then
+  log "running tests/bench_planner.rs against the cluster (PD_BENCH_RUNS=${PD_BENCH_RUNS:-both})"
+  t=$(date +%s)
+  PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_SIM_IMAGE="$SIM_IMAGE" \
+    cargo test --locked --test bench_planner >&2
+  log "benchmark took $(( $(date +%s) - t ))s; total $(( $(date +%s) - start ))s"
+  exit 0
+fi
 # Prometheus and kube-state-metrics from the Go module proxy, the chart's rules loaded (issue #34).
 hack/kind-monitoring.sh "$KIND" "$CLUSTER" "$TOOLS_BIN/kubectl" "$KUBECONFIG_FILE"
 

@@ -9,6 +9,7 @@ pub const VALUE_OPTIONS: &[&str] = &[
     "--sim-bootstrap-server",
     "--sim-prefill-tokens-per-s",
     "--sim-itl-ms",
+    "--sim-itl-ms-per-running",
     "--sim-kv-pool",
     "--sim-num-layers",
     "--sim-num-kv-heads",

@@ -90,6 +90,9 @@ pub struct EngineFlags {
     pub sim_prefill_tokens_per_s: f64,
     /// `--sim-itl-ms`: decode inter-token latency; 0 streams as fast as possible.
     pub sim_itl_ms: f64,
+    /// `--sim-itl-ms-per-running`: a decode step takes this much longer per running request, so
+    /// a decode's capacity runs out as a GPU's does (its ITL grows with its batch); 0: flat.
+    pub sim_itl_ms_per_running: f64,
     /// `--sim-kv-pool mla|hybrid_mla|mha`: the KV pool kind (default: from the model catalogue).
     pub sim_kv_pool: Option<String>,
     pub sim_num_layers: Option<u64>,
@@ -139,6 +142,7 @@ impl Default for EngineFlags {
             max_running_requests: defaults::MAX_RUNNING_REQUESTS,
             sim_prefill_tokens_per_s: defaults::PREFILL_TOKENS_PER_S,
             sim_itl_ms: defaults::ITL_MS,
+            sim_itl_ms_per_running: 0.0,
             sim_kv_pool: None,
             sim_num_layers: None,
             sim_num_kv_heads: defaults::KV_HEADS,
@@ -232,6 +236,7 @@ impl EngineFlags {
             "--max-running-requests" => self.max_running_requests = number(flag, v)?,
             "--sim-prefill-tokens-per-s" => self.sim_prefill_tokens_per_s = non_negative(flag, v)?,
             "--sim-itl-ms" => self.sim_itl_ms = non_negative(flag, v)?,
+            "--sim-itl-ms-per-running" => self.sim_itl_ms_per_running = non_negative(flag, v)?,
             "--sim-kv-pool" => {
                 if !["mla", "hybrid_mla", "mha"].contains(&v) {
                     return Err(SimError::Flags(format!("--sim-kv-pool expects mla, hybrid_mla or mha, got {v:?}")));

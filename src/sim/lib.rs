@@ -14,6 +14,7 @@ pub mod loadgen;
 pub mod metrics;
 pub mod model_dir;
 pub mod openai;
+pub mod openloop;
 pub mod pd;
 pub mod rooms;
 pub mod serve;

@@ -1,7 +1,8 @@
 //! `pd-sim bench`: a closed-loop load generator for the serving benchmark. `C` workers
 //! each keep one connection and send chat completions back to back; streamed answers are timed
 //! per event (TTFT, ITL). With `--prefill` and `--bootstrap` it plays the gateway itself: the same
-//! stamped body goes to the prefill and the decode at once. Prints one JSON line.
+//! stamped body goes to the prefill and the decode at once. Prints one JSON line. With `--rate`
+//! it is the open loop of `openloop` instead.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,18 +77,18 @@ fn parse(args: &[String]) -> Result<Config, SimError> {
 }
 
 #[derive(Default)]
-struct Sample {
-    ok: bool,
+pub struct Sample {
+    pub ok: bool,
     /// Why it failed: `connect`, `send`, `body` or `status <code> <cause>`, the cause read from
     /// the error body (the gateway's error code, e.g. smg's `no_available_workers`).
-    error: Option<String>,
+    pub error: Option<String>,
     /// When it ended.
-    ended: Option<Instant>,
+    pub ended: Option<Instant>,
     /// Sent a second time: the server closed the connection under it without an answer.
-    retried: bool,
-    ttft: f64,
-    itl: Vec<f64>,
-    e2e: f64,
+    pub retried: bool,
+    pub ttft: f64,
+    pub itl: Vec<f64>,
+    pub e2e: f64,
 }
 
 async fn connect(addr: &str) -> Option<SendRequest<Full<Bytes>>> {
@@ -129,7 +130,7 @@ async fn send(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Byt
 }
 
 /// One request on `conn` (reconnecting when needed); event times are recorded for streams.
-async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes, timed: bool) -> Sample {
+pub async fn one(conn: &mut Option<SendRequest<Full<Bytes>>>, addr: &str, body: Bytes, timed: bool) -> Sample {
     let start = Instant::now();
     let failed =
         |why: &str, retried: bool| Sample { error: Some(why.to_owned()), ended: Some(Instant::now()), retried, ..Sample::default() };
@@ -203,7 +204,7 @@ async fn worker(c: Arc<Config>, next: Arc<AtomicU64>, out: Arc<Mutex<Vec<Sample>
     }
 }
 
-fn pct(v: &mut [f64], p: usize) -> f64 {
+pub fn pct(v: &mut [f64], p: usize) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -251,7 +252,7 @@ const REACHABLE_WITHIN: Duration = Duration::from_secs(30);
 
 /// Waits until `target` accepts a TCP connection (at most `REACHABLE_WITHIN`; then the run goes on
 /// and its failures show why).
-async fn reachable(target: &str) {
+pub async fn reachable(target: &str) {
     let deadline = Instant::now() + REACHABLE_WITHIN;
     while Instant::now() < deadline {
         if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(target)).await {
@@ -263,6 +264,9 @@ async fn reachable(target: &str) {
 }
 
 pub async fn run(args: &[String]) -> Result<(), SimError> {
+    if args.iter().any(|a| a == "--rate") {
+        return super::openloop::run(args).await;
+    }
     let c = Arc::new(parse(args)?);
     reachable(&c.target).await;
     let (next, out) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(Vec::new())));

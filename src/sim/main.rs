@@ -26,7 +26,9 @@ enum SimCommand {
     Decode(PassThroughArgs),
     /// A closed-loop load generator for the serving benchmark (`--target`, `--concurrency`,
     /// `--requests`, `--model`, `--max-tokens`, `--prompt-bytes`, `--stream`; `--prefill` with `--bootstrap`
-    /// plays the gateway). Prints one JSON line.
+    /// plays the gateway), or with `--rate` an open loop for the planner benchmark (`--seconds`,
+    /// `--window-seconds`, `--shift FROM:TO`, `--kind-a`/`--kind-b PROMPT:MAX_TOKENS`). Prints
+    /// one JSON line.
     Bench(PassThroughArgs),
 }
 

@@ -1,7 +1,8 @@
 //! SGLang's serving API on the stand-in engine: generation endpoints (whole or streamed), model and
 //! server info, health, and `/metrics`. A timing model shapes TTFT and ITL: a prefill computes
 //! prompts one after another at `--sim-prefill-tokens-per-s`, a decode emits a token every
-//! `--sim-itl-ms`, and at most `--max-running-requests` run at once (the rest queue).
+//! `--sim-itl-ms` plus `--sim-itl-ms-per-running` for each request running beside it (a batch's
+//! step grows with the batch), and at most `--max-running-requests` run at once (the rest queue).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -201,13 +202,15 @@ impl Out<'_> {
 /// the client is gone. Returns the tokens produced.
 async fn decode_tokens(engine: &Engine, seed: u64, n: u64, start: Instant, text: &mut String, mut out: Out<'_>) -> u64 {
     let stream = !matches!(out, Out::Whole);
-    let itl = Duration::from_secs_f64(engine.flags.sim_itl_ms / 1e3);
     let m = &engine.metrics;
-    let (mut last, first) = (Instant::now(), Instant::now());
+    let (mut last, mut due) = (Instant::now(), Instant::now());
     for i in 0..n {
-        if i > 0 && !itl.is_zero() {
-            // Token i is due i ITLs after the first: timer slack does not add up over a stream.
-            tokio::time::sleep_until((first + itl * i as u32).into()).await;
+        let step = step_time(&engine.flags, m.running.get());
+        if i > 0 && !step.is_zero() {
+            // Each token is due one step after the last one's due time: timer slack does not add
+            // up over a stream.
+            due += step;
+            tokio::time::sleep_until(due.into()).await;
         }
         let now = Instant::now();
         if i == 0 {
@@ -225,6 +228,12 @@ async fn decode_tokens(engine: &Engine, seed: u64, n: u64, start: Instant, text:
         }
     }
     n
+}
+
+/// One decode step with `running` requests in the batch.
+fn step_time(f: &EngineFlags, running: i64) -> Duration {
+    let running = u32::try_from(running.max(0)).unwrap_or(u32::MAX);
+    Duration::from_secs_f64((f.sim_itl_ms + f.sim_itl_ms_per_running * f64::from(running)) / 1e3)
 }
 
 fn count(engine: &Engine, req: &GenRequest, produced: u64, start: Instant) {
@@ -367,5 +376,21 @@ pub async fn housekeeping(engine: Arc<Engine>) {
         tick.tick().await;
         engine.metrics.tick(&mut last, 1.0);
         engine.rooms.sweep(super::rooms::ROOM_KEEP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decode_step_grows_with_the_requests_running_beside_it() {
+        let args: Vec<String> = ["--model-path", "m", "--sim-itl-ms", "10", "--sim-itl-ms-per-running", "1"].map(String::from).to_vec();
+        let f = EngineFlags::parse(&args).unwrap();
+        assert_eq!(step_time(&f, 0), Duration::from_millis(10));
+        assert_eq!(step_time(&f, 30), Duration::from_millis(40));
+        assert_eq!(step_time(&f, -1), Duration::from_millis(10), "a gauge below zero counts as none");
+        let flat = EngineFlags::parse(&args[..4]).unwrap();
+        assert_eq!(step_time(&flat, 30), Duration::from_millis(10), "without the flag the step is flat");
     }
 }
