@@ -164,10 +164,11 @@ pub fn decide_role(role: Role, auto: &AutoscalingSpec, input: &RoleInput, now: T
     }
     let figures = signals.iter().map(Signal::text).collect::<Vec<_>>().join(", ");
     let pressure = signals.iter().map(Signal::pressure).fold(0.0, f64::max);
-    if pressure > 1.0 && current > 0 {
-        if let Some(why) = last_scale_pending(auto, input, now) {
-            return hold(format!("up held: {why}: {figures}; pressure {pressure:.2}"), None);
-        }
+    if pressure > 1.0
+        && current > 0
+        && let Some(why) = last_scale_pending(auto, input, now)
+    {
+        return hold(format!("up held: {why}: {figures}; pressure {pressure:.2}"), None);
     }
     if pressure > 1.0 || current == 0 {
         let want = (f64::from(current.max(1)) * pressure).ceil().min(f64::from(u32::MAX));
