@@ -212,6 +212,16 @@ pub fn pct(v: &mut [f64], p: usize) -> f64 {
     v[(v.len() * p / 100).min(v.len() - 1)]
 }
 
+/// How many failed requests each error names, as the report's `errors` object.
+pub fn error_counts<'a>(samples: impl Iterator<Item = &'a Sample>) -> serde_json::Map<String, Value> {
+    let mut errors = serde_json::Map::new();
+    for why in samples.filter_map(|s| s.error.as_deref()) {
+        let n = errors.get(why).and_then(Value::as_u64).unwrap_or(0);
+        errors.insert(why.to_owned(), (n + 1).into());
+    }
+    errors
+}
+
 fn report(c: &Config, samples: &[Sample], start: Instant) -> Value {
     let secs = start.elapsed().as_secs_f64();
     let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok).collect();
@@ -219,11 +229,7 @@ fn report(c: &Config, samples: &[Sample], start: Instant) -> Value {
     let mut itl: Vec<f64> = ok.iter().flat_map(|s| s.itl.iter().copied()).collect();
     let mut e2e: Vec<f64> = ok.iter().map(|s| s.e2e).collect();
     let ms = |x: f64| (x * 1e5).round() / 1e2;
-    let mut errors = serde_json::Map::new();
-    for why in samples.iter().filter_map(|s| s.error.as_deref()) {
-        let n = errors.get(why).and_then(Value::as_u64).unwrap_or(0);
-        errors.insert(why.to_owned(), (n + 1).into());
-    }
+    let errors = error_counts(samples.iter());
     // When, in seconds from the start, the first and the last failed request ended.
     let failed_at: Vec<f64> = samples
         .iter()

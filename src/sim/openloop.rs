@@ -164,11 +164,7 @@ pub fn report(c: &Config, done: &[Done]) -> Value {
     let round = |x: f64| (x * 1e4).round() / 1e4;
     let entries: Vec<Value> = per.iter().enumerate().map(|(i, w)| window(c, i, w, round)).collect();
     let failed = done.iter().filter(|d| !d.sample.ok).count();
-    let mut errors = serde_json::Map::new();
-    for why in done.iter().filter_map(|d| d.sample.error.as_deref()) {
-        let k = errors.get(why).and_then(Value::as_u64).unwrap_or(0);
-        errors.insert(why.to_owned(), (k + 1).into());
-    }
+    let errors = loadgen::error_counts(done.iter().map(|d| &d.sample));
     json!({
         "rate": c.rate, "seconds": c.seconds, "window_seconds": c.window, "shift": [c.shift.0, c.shift.1],
         "requests": done.len(), "failed": failed, "errors": errors, "windows": entries,

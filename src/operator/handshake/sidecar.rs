@@ -120,9 +120,11 @@ pub fn aggregate(verdicts: &[(String, Option<Verdict>)]) -> Aggregate {
     let not_passed: Vec<&(String, Option<Verdict>)> = verdicts.iter().filter(|(_, v)| !is_passed(v)).collect();
     let failed = not_passed.iter().find(|(_, v)| matches!(v, Some(Verdict::Failed { .. })));
     let checking = not_passed.iter().find(|(_, v)| v.is_none());
-    let blocking = failed.or(checking);
-    let Some((addr, v)) = blocking.or(not_passed.first()).filter(|_| blocking.is_some() || not_passed.len() == verdicts.len()) else {
-        return passed(verdicts, &not_passed);
+    let (addr, v) = match failed.or(checking) {
+        Some(closing) => closing,
+        None if not_passed.len() < verdicts.len() => return passed(verdicts, &not_passed),
+        // None passed: every verdict is in `not_passed`, and there is at least one.
+        None => &not_passed[0],
     };
     let (reason, text) = match v {
         Some(v) => v.reason_and_message(),
