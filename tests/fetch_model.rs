@@ -9,30 +9,19 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use pd_core::model_fetch::Progress;
-use pd_testing::hub::{Fault, HubFiles, HubStandIn};
+use pd_testing::hub::{Fault, HubFiles, HubStandIn, noise};
 
 const REPO: &str = "acme/tiny-ft";
 const SHARD1: &str = "model-00001-of-00002.safetensors";
 const SHARD2: &str = "model-00002-of-00002.safetensors";
 
-/// Bytes that differ everywhere (a corrupted or misplaced range shows).
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
-
 /// A small repository: two text files kept in git and two LFS weight shards of `shard` bytes.
 fn repo(shard: usize) -> (HubFiles, Vec<(String, Vec<u8>)>) {
     let files = vec![
         ("config.json".to_owned(), br#"{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}"#.to_vec()),
-        ("tokenizer/tokenizer.json".to_owned(), bytes(4096, 1)),
-        (SHARD1.to_owned(), bytes(shard, 2)),
-        (SHARD2.to_owned(), bytes(shard / 2 + 7, 3)),
+        ("tokenizer/tokenizer.json".to_owned(), noise(4096, 1)),
+        (SHARD1.to_owned(), noise(shard, 2)),
+        (SHARD2.to_owned(), noise(shard / 2 + 7, 3)),
     ];
     let hub =
         files.iter().fold(HubFiles::default(), |h, (path, body)| h.blob(REPO, "main", path, body.clone(), path.ends_with(".safetensors")));

@@ -9,6 +9,7 @@
 pub mod bootstrap;
 pub mod engine;
 pub mod flags;
+pub mod hub;
 pub mod kv;
 pub mod loadgen;
 pub mod metrics;
