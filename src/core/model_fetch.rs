@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SecretKeySelector, ServiceAccount, Volume, VolumeMount, VolumeResourceRequirements,
+    Container, EnvVar, EnvVarSource, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SecretKeySelector, ServiceAccount, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -238,6 +239,7 @@ fn fetch_pod(c: Cached<'_>, model: &ModelSpec, names: Names<'_>, image: &str) ->
         }),
         volume_mounts: Some(vec![VolumeMount { name: "cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() }]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(render::restricted_security_context()),
         ..Default::default()
     };
     let volume = Volume {
@@ -254,6 +256,13 @@ fn fetch_pod(c: Cached<'_>, model: &ModelSpec, names: Names<'_>, image: &str) ->
             enable_service_links: Some(false),
             containers: vec![container],
             volumes: Some(vec![volume]),
+            // The fetch runs as the image's user: a new volume's root directory belongs to root,
+            // so the volume is given its group (where its type supports ownership).
+            security_context: Some(PodSecurityContext {
+                fs_group: Some(render::OPERATOR_UID),
+                fs_group_change_policy: Some("OnRootMismatch".into()),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     }

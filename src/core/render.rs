@@ -457,13 +457,16 @@ fn port(name: &str, number: u16) -> ContainerPort {
     ContainerPort { name: Some(name.into()), container_port: i32::from(number), ..Default::default() }
 }
 
+/// The user (and group) pd-operator's own containers run as: the images' `USER` (Dockerfile).
+pub const OPERATOR_UID: i64 = 65532;
+
 /// Security settings of containers pd-operator itself runs (`restricted` Pod Security Standard).
 pub fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
-        run_as_user: Some(65532),
+        run_as_user: Some(OPERATOR_UID),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
         seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
         ..Default::default()

@@ -45,8 +45,11 @@ fn the_job_runs_the_operator_image_with_the_token_and_may_patch_only_itself() {
     let pod = spec.template.spec.as_ref().unwrap();
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     assert_eq!(pod.service_account_name.as_deref(), Some("m-model-fetch"));
+    // The image's user may write to a new volume (its root belongs to root): the volume's group.
+    assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(crate::render::OPERATOR_UID));
     let c = &pod.containers[0];
     assert_eq!(c.image.as_deref(), Some("pd-operator:test"));
+    assert_eq!(c.security_context, Some(crate::render::restricted_security_context()));
     let args = c.args.clone().unwrap().join(" ");
     assert_eq!(
         args,
