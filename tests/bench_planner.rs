@@ -70,27 +70,33 @@ fn is_ready(v: &Value) -> bool {
     condition(v, "Ready").is_some_and(|c| c["status"] == "True")
 }
 
-/// Engine pods present (scheduled, not finished) in `ns` now: each holds its GPU.
-fn engine_pods(ns: &str) -> u64 {
-    let o = cluster().kubectl(&["get", "pods", "-n", ns, "-l", pd_core::render::LABEL_ROLE, "-o", "json"]);
+/// Engine pods present (scheduled, not finished) in `ns` now, prefill and decode: each holds its
+/// GPU (the router's pod holds none); and the decode pods Ready (serving through the router).
+fn engine_pods(ns: &str) -> [u64; 3] {
+    let selector = format!("{} in (prefill,decode)", pd_core::render::LABEL_ROLE);
+    let o = cluster().kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     let items = v["items"].as_array().cloned().unwrap_or_default();
     let holds = |p: &&Value| p["spec"]["nodeName"].is_string() && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
-    items.iter().filter(holds).count() as u64
+    let role = |p: &&Value, r: &str| p["metadata"]["labels"][pd_core::render::LABEL_ROLE] == r;
+    let held: Vec<&Value> = items.iter().filter(holds).collect();
+    let count = |f: &dyn Fn(&&Value) -> bool| held.iter().filter(|p| f(p)).count() as u64;
+    [count(&|p| role(p, "prefill")), count(&|p| role(p, "decode")), count(&|p| role(p, "decode") && is_ready(p))]
 }
 
-/// GPU-seconds while `run` runs: engine pods sampled every `SAMPLE`.
-fn gpu_seconds_during<T>(ns: &str, run: impl FnOnce() -> T) -> (T, f64, Vec<u64>) {
+/// GPU-seconds while `run` runs: engine pods sampled every `SAMPLE`; and the samples
+/// (`prefill+decode`, with the Ready decodes after a `/`).
+fn gpu_seconds_during<T>(ns: &str, run: impl FnOnce() -> T) -> (T, f64, Vec<String>) {
     let stop = Arc::new(AtomicBool::new(false));
     let (flag, name) = (stop.clone(), ns.to_owned());
     let sampler = std::thread::spawn(move || {
         let (mut total, mut counts, mut last) = (0.0, Vec::new(), Instant::now());
         while !flag.load(Ordering::Relaxed) {
-            let n = engine_pods(&name);
+            let [p, d, ready] = engine_pods(&name);
             std::thread::sleep(SAMPLE.saturating_sub(last.elapsed()));
-            total += n as f64 * last.elapsed().as_secs_f64();
+            total += (p + d) as f64 * last.elapsed().as_secs_f64();
             last = Instant::now();
-            counts.push(n);
+            counts.push(format!("{p}+{d}/{ready}"));
         }
         (total, counts)
     });
@@ -100,27 +106,27 @@ fn gpu_seconds_during<T>(ns: &str, run: impl FnOnce() -> T) -> (T, f64, Vec<u64>
     (out, total, counts)
 }
 
+/// The PDDeployment's Events (the planner's decisions among them), oldest first.
+fn events(ns: &str) -> Vec<String> {
+    let o = cluster().kubectl(&["get", "events", "-n", ns, "--field-selector", "involvedObject.kind=PDDeployment", "-o", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let mut items = v["items"].as_array().cloned().unwrap_or_default();
+    let at = |e: &Value| e["eventTime"].as_str().or(e["lastTimestamp"].as_str()).unwrap_or_default().to_owned();
+    items.sort_by_key(at);
+    items
+        .iter()
+        .map(|e| format!("{} {} {}: {}", at(e), e["reason"], e["action"], e["note"].as_str().or(e["message"].as_str()).unwrap_or_default()))
+        .collect()
+}
+
 /// The open loop in a pod of its own against the router; its JSON line.
 fn load(ns: &TestNamespace) -> Value {
     let image = std::env::var("PD_KIND_SIM_IMAGE").expect("PD_KIND_SIM_IMAGE: run through make bench-planner");
     let target = format!("bench-router:{}", pd_api::DEFAULT_ROUTER_PORT);
     let (rate, seconds, window) = (RATE.to_string(), SECONDS.to_string(), WINDOW_SECONDS.to_string());
-    let run =
-        ["run", "load", "-n", &ns.name, "--image", &image, "--image-pull-policy", "IfNotPresent", "--restart", "Never", "--command", "--"];
     let cmd = ["pd-sim", "bench", "--target", &target, "--model", MODEL, "--rate", &rate, "--seconds", &seconds];
-    let o = cluster().kubectl(&[&run[..], &cmd[..], &["--window-seconds", &window, "--shift", SHIFT]].concat());
-    assert!(o.status.success(), "{}", text(&o));
-    wait_for(Duration::from_secs(u64::from(SECONDS)) + WAIT, "the load generator to finish", || {
-        let p = ns.get_json("pod", "load")?;
-        match p["status"]["phase"].as_str() {
-            Some("Succeeded") => Ok(()),
-            Some("Failed") => panic!("load generator failed: {}", text(&cluster().kubectl(&["logs", "-n", &ns.name, "load"]))),
-            _ => Err(p["status"].to_string()),
-        }
-    });
-    let o = cluster().kubectl(&["logs", "-n", &ns.name, "load"]);
-    let line = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_owned();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("load generator printed {line:?}: {e}"))
+    let timeout = Duration::from_secs(u64::from(SECONDS)) + WAIT;
+    ns.run_to_report("load", &image, &[&cmd[..], &["--window-seconds", &window, "--shift", SHIFT]].concat(), timeout)
 }
 
 /// Windows after the warm-up, and those meeting both SLOs (a window with a failure misses).
@@ -155,11 +161,15 @@ fn one_run(planner: bool, units: u32) -> Value {
         "engine_pods_sampled": counts, "windows": windows, "planner_last": decisions,
     });
     eprintln!(
-        "[bench-planner] {label}: {} requests, {} failed, {met}/{counted} windows meet both SLOs, {gpu_seconds:.0} GPU-seconds",
-        report["requests"], report["failed"]
+        "[bench-planner] {label}: {} requests, {} failed {}, {met}/{counted} windows meet both SLOs, {gpu_seconds:.0} GPU-seconds",
+        report["requests"], report["failed"], report["errors"]
     );
     for w in &windows {
         eprintln!("  {w}");
+    }
+    eprintln!("  engine pods every {} s (prefill+decode/ready decodes): {}", SAMPLE.as_secs(), counts.join(" "));
+    for e in events(&ns.name) {
+        eprintln!("  {e}");
     }
     line
 }

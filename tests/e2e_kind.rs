@@ -238,12 +238,17 @@ impl<'a> Client<'a> {
         (v["status"].as_u64().unwrap_or(0), v["body"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// A GET of `url`: its status (0 when the connection failed) and body.
+    fn get(&self, url: &str) -> Result<(u64, String), String> {
+        let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, url]);
+        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
+        Ok((v["status"].as_u64().unwrap_or(0), v["body"].as_str().unwrap_or_default().to_owned()))
+    }
+
     /// The router's worker list (`GET /workers`): how many prefill and decode workers it routes to.
     fn workers(&self, router: &str) -> Result<(u64, u64), String> {
-        let url = format!("http://{router}:{}/workers", pd_api::DEFAULT_ROUTER_PORT);
-        let o = cluster().kubectl(&["exec", "-n", &self.ns.name, "client", "--", "python3", "-c", POST_SCRIPT, &url]);
-        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("{e}: {}", text(&o)))?;
-        let w: Value = serde_json::from_str(v["body"].as_str().unwrap_or_default()).map_err(|e| format!("{e}: {v}"))?;
+        let (_, body) = self.get(&format!("http://{router}:{}/workers", pd_api::DEFAULT_ROUTER_PORT))?;
+        let w: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
         let count = |k: &str| w["stats"][k].as_u64().ok_or_else(|| w.to_string());
         Ok((count("prefill_count")?, count("decode_count")?))
     }
@@ -266,23 +271,9 @@ fn bench_for(ns: &TestNamespace, pod: &str, target: &str, seconds: u32, concurre
 
 fn bench_with(ns: &TestNamespace, pod: &str, target: &str, flags: &[&str]) -> Value {
     let image = std::env::var("PD_KIND_SIM_IMAGE").expect("PD_KIND_SIM_IMAGE");
-    let args =
-        ["run", pod, "-n", &ns.name, "--image", &image, "--image-pull-policy", "IfNotPresent", "--restart", "Never", "--command", "--"];
     let cmd = ["pd-sim", "bench", "--target", target, "--model", TRAFFIC_MODEL, "--max-tokens", "8"];
-    let o = cluster().kubectl(&[&args[..], &cmd[..], flags].concat());
-    assert!(o.status.success(), "{}", text(&o));
     // Long enough for a `bench_for` of up to 300 s, and for its pod to start.
-    wait_for(WAIT * 2, "the load generator to finish", || {
-        let p = ns.get_json("pod", pod)?;
-        match p["status"]["phase"].as_str() {
-            Some("Succeeded") => Ok(()),
-            Some("Failed") => panic!("load generator failed: {}", text(&cluster().kubectl(&["logs", "-n", &ns.name, pod]))),
-            _ => Err(p["status"].to_string()),
-        }
-    });
-    let o = cluster().kubectl(&["logs", "-n", &ns.name, pod]);
-    let line = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_owned();
-    let report: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("load generator printed {line:?}: {e}"));
+    let report = ns.run_to_report(pod, &image, &[&cmd[..], flags].concat(), WAIT * 2);
     // A request goes again only when a router pod on its way out cut its connection: at most once
     // per connection, as no test here replaces the router more than once.
     assert!(report["retried"].as_u64() <= report["concurrency"].as_u64(), "more requests sent again than connections: {report}");
@@ -1154,4 +1145,151 @@ fn the_webhook_judges_every_admission_while_an_operator_replica_goes_away() {
     eprintln!("admissions while {victim} crashed (SIGKILL): {counts:?}; failed calls at {refused:.2?} s after it: {why:?}");
     assert_eq!(counts.get(&Admission::InvalidAdmitted), None, "{counts:?}");
     assert!(refused.iter().all(|dt| (-0.5..5.0).contains(dt)), "failed calls outside the crash's window: {refused:?}");
+}
+
+/// The in-cluster Hub's repositories (`pd-sim hub`): real config.json files (tests/parity/configs)
+/// under names the model catalogue does not know, so only the file can decide.
+const HUB_MLA: &str = "acme/dsv3-ft";
+const HUB_GQA: &str = "acme/qwen3-ft";
+const HUB_SHARDS: usize = 3;
+const HUB_SHARD_BYTES: usize = 8 << 20;
+
+fn parity_config(arch: &str) -> String {
+    std::fs::read_to_string(repo_path(&format!("tests/parity/configs/{arch}.json"))).unwrap()
+}
+
+/// `pd-sim hub` as a Deployment and its Service `hub` (port 8080).
+fn hub_objects() -> String {
+    let image = std::env::var("PD_KIND_SIM_IMAGE").expect("PD_KIND_SIM_IMAGE");
+    let (mla, gqa) = (parity_config("DeepseekV3ForCausalLM"), parity_config("Qwen3ForCausalLM"));
+    let (shards, bytes) = (HUB_SHARDS.to_string(), HUB_SHARD_BYTES.to_string());
+    let args =
+        ["hub", "--repo", &format!("{HUB_MLA}={mla}"), "--repo", &format!("{HUB_GQA}={gqa}"), "--shards", &shards, "--shard-bytes", &bytes];
+    let labels = json!({"app": "hub"});
+    let container = json!({"name": "hub", "image": image, "imagePullPolicy": "IfNotPresent", "args": args,
+        "readinessProbe": {"httpGet": {"path": pd_sim::hub::SERVED_PATH, "port": 8080}, "periodSeconds": 1}});
+    json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub"}, "spec": {"replicas": 1,
+            "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hub"},
+            "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]}},
+    ]})
+    .to_string()
+}
+
+/// A cache volume on the kind node, as an administrator provides one: a directory the node
+/// holds, a PersistentVolume on it, and the claim `weights` bound to it. The volume is
+/// cluster-scoped, so it goes (with its directory) when this does.
+struct NodeCache {
+    pv: String,
+    dir: String,
+}
+
+impl NodeCache {
+    fn new(ns: &TestNamespace) -> Self {
+        let node = std::env::var("PD_KIND_NODE").expect("PD_KIND_NODE: run through `make e2e-kind`");
+        let (pv, dir) = (format!("pd-model-cache-{}", ns.name), format!("/var/local/pd-model-cache/{}", ns.name));
+        // hostPath volumes get no fsGroup: the directory is made writable for the fetch's user.
+        let o = std::process::Command::new("docker").args(["exec", &node, "install", "-d", "-m", "0777", &dir]).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let class = "pd-model-cache";
+        let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv}, "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": dir, "type": "Directory"},
+                "claimRef": {"namespace": ns.name, "name": "weights"}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "weights"}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": class, "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}}}},
+        ]});
+        let o = ns.apply(&objects.to_string());
+        assert!(o.status.success(), "{}", text(&o));
+        Self { pv, dir }
+    }
+}
+
+impl Drop for NodeCache {
+    fn drop(&mut self) {
+        let _ = cluster().kubectl(&["delete", "pv", &self.pv, "--wait=false"]);
+        if let Ok(node) = std::env::var("PD_KIND_NODE") {
+            let _ = std::process::Command::new("docker").args(["exec", &node, "rm", "-rf", &self.dir]).output();
+        }
+    }
+}
+
+fn hub_pdd(name: &str, ns: &str, repo: &str, cache: &str, decode: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model:\n    path: {repo}\n    source: {{huggingFace: {{repo: {repo}, endpoint: 'http://hub.{ns}.svc:8080'{cache}}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: 2, parallelism: {decode}}}\n  router: {{policy: round_robin}}\n"
+    )
+}
+
+/// The stand-in Hub's count (`GET /-/served`) through the client pod.
+fn hub_served(client: &Client<'_>, ns: &str) -> u64 {
+    let (status, body) = client.get(&format!("http://hub.{ns}.svc:8080{}", pd_sim::hub::SERVED_PATH)).unwrap();
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["bytes"].as_u64().unwrap()
+}
+
+#[test]
+#[ignore = "needs the kind tier: make e2e-kind"]
+fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_router() {
+    let ns = TestNamespace::new("kind-hub");
+    let o = ns.apply(&hub_objects());
+    assert!(o.status.success(), "{}", text(&o));
+    let _cache = NodeCache::new(&ns);
+    wait_for(WAIT, "the in-cluster Hub available", || {
+        let d = ns.get_json("deployment", "hub")?;
+        (d["status"]["availableReplicas"] == 1).then_some(()).ok_or_else(|| d["status"].to_string())
+    });
+    let client = Client::start(&ns);
+    // Admission reads an unknown model's config.json from the source: a GQA fine-tune with decode DCP.
+    let mistake = hub_pdd("gqa-dcp", &ns.name, HUB_GQA, "", "{tp: 2, dcp: 2}");
+    let o = ns.apply(&mistake);
+    assert!(!o.status.success() && text(&o).contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."), "{}", text(&o));
+
+    let before = hub_served(&client, &ns.name);
+    let name = "fetched";
+    let o = ns.apply(&hub_pdd(name, &ns.name, HUB_MLA, ", cache: {claimName: weights}", "{tp: 2}"));
+    assert!(o.status.success(), "{}", text(&o));
+    let pdd = wait_for(WAIT, "ModelReady=True with the fetch's figures", || {
+        let v = ns.get_json("pdd", name)?;
+        let ready = condition(&v, "ModelReady").is_some_and(|c| c["status"] == "True");
+        ready.then_some(v.clone()).ok_or_else(|| v["status"].to_string())
+    });
+    let config_bytes = parity_config("DeepseekV3ForCausalLM").len() as u64;
+    let size = config_bytes + 4096 + (HUB_SHARDS * HUB_SHARD_BYTES) as u64;
+    let model = &pdd["status"]["model"];
+    let figures = (model["phase"].as_str(), model["bytes"].as_u64(), model["totalBytes"].as_u64(), model["files"].as_u64());
+    assert_eq!(figures, (Some("Fetched"), Some(size), Some(size), Some(2 + HUB_SHARDS as u64)), "{model}");
+    let ready_at = condition(&pdd, "ModelReady").unwrap()["lastTransitionTime"].as_str().unwrap().to_owned();
+
+    wait_traffic_ready(&ns, name, 2);
+    let engines = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role in (prefill,decode)"));
+    assert_eq!(engines.len(), 3, "one prefill and two decode pods");
+    let model_path = format!("/models/{HUB_MLA}/main");
+    for p in &engines {
+        // RFC 3339 in UTC to the second compares as text: no engine pod before the weights.
+        let created = p["metadata"]["creationTimestamp"].as_str().unwrap();
+        assert!(created >= ready_at.as_str(), "{} created {created}, before ModelReady at {ready_at}", p["metadata"]["name"]);
+        let claims: Vec<&Value> =
+            p["spec"]["volumes"].as_array().unwrap().iter().filter(|v| v["persistentVolumeClaim"].is_object()).collect();
+        assert_eq!(claims.len(), 1, "{}", p["spec"]["volumes"]);
+        assert_eq!(claims[0]["persistentVolumeClaim"], json!({"claimName": "weights", "readOnly": true}));
+        let engine = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == pd_core::render::ENGINE_CONTAINER).unwrap();
+        assert!(engine.to_string().contains(&format!("\"--model-path\",\"{model_path}\"")), "{engine}");
+    }
+
+    let body = json!({"model": HUB_MLA, "messages": [{"role": "user", "content": "Where are the weights?"}], "max_tokens": 8});
+    let router = format!("http://{name}-router:{}/v1/chat/completions", pd_api::DEFAULT_ROUTER_PORT);
+    let (status, answer) = client.post(&router, &body);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"choices\""), "{answer}");
+    // Three engine pods read one copy: the weights left the Hub once. config.json was read besides
+    // by admission and by the controller, each a GET of that file alone.
+    let served = hub_served(&client, &ns.name) - before;
+    let extra = served.checked_sub(size).unwrap_or_else(|| panic!("the Hub served {served} bytes, less than the model's {size}"));
+    assert!(
+        extra.is_multiple_of(config_bytes) && extra / config_bytes <= 4,
+        "served {served} = model {size} + {extra}: more than config.json reads"
+    );
 }

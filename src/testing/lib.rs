@@ -172,6 +172,38 @@ impl TestNamespace {
         cluster().kubectl(&["apply", "-n", &self.name, "-f", path.to_str().unwrap()])
     }
 
+    /// Runs `command` in a pod `pod` of `image` until it ends (within `timeout`) and reads its last
+    /// log line as JSON: a load generator's report. A failed pod fails the test with its log.
+    pub fn run_to_report(&self, pod: &str, image: &str, command: &[&str], timeout: Duration) -> serde_json::Value {
+        let run = [
+            "run",
+            pod,
+            "-n",
+            &self.name,
+            "--image",
+            image,
+            "--image-pull-policy",
+            "IfNotPresent",
+            "--restart",
+            "Never",
+            "--command",
+            "--",
+        ];
+        let o = cluster().kubectl(&[&run[..], command].concat());
+        assert!(o.status.success(), "{}", text(&o));
+        wait_for(timeout, &format!("pod {pod} to finish"), || {
+            let p = self.get_json("pod", pod)?;
+            match p["status"]["phase"].as_str() {
+                Some("Succeeded") => Ok(()),
+                Some("Failed") => panic!("pod {pod} failed: {}", text(&cluster().kubectl(&["logs", "-n", &self.name, pod]))),
+                _ => Err(p["status"].to_string()),
+            }
+        });
+        let o = cluster().kubectl(&["logs", "-n", &self.name, pod]);
+        let line = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_owned();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("pod {pod} printed {line:?}: {e}"))
+    }
+
     pub fn get_json(&self, kind: &str, name: &str) -> Result<serde_json::Value, String> {
         let o = cluster().kubectl(&["get", kind, name, "-n", &self.name, "-o", "json"]);
         if !o.status.success() {
