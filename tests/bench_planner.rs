@@ -106,12 +106,14 @@ fn gpu_seconds_during<T>(ns: &str, run: impl FnOnce() -> T) -> (T, f64, Vec<Stri
     (out, total, counts)
 }
 
-/// The PDDeployment's Events (the planner's decisions among them), oldest first.
+/// The PDDeployment's Events (the planner's decisions among them) and every Warning (a probe
+/// failing, a container restarted), oldest first.
 fn events(ns: &str) -> Vec<String> {
-    let o = cluster().kubectl(&["get", "events", "-n", ns, "--field-selector", "involvedObject.kind=PDDeployment", "-o", "json"]);
+    let o = cluster().kubectl(&["get", "events", "-n", ns, "-o", "json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-    let mut items = v["items"].as_array().cloned().unwrap_or_default();
-    let at = |e: &Value| e["eventTime"].as_str().or(e["lastTimestamp"].as_str()).unwrap_or_default().to_owned();
+    let shown = |e: &Value| e["involvedObject"]["kind"] == "PDDeployment" || e["type"] == "Warning";
+    let mut items: Vec<Value> = v["items"].as_array().into_iter().flatten().filter(|e| shown(e)).cloned().collect();
+    let at = |e: &Value| e["eventTime"].as_str().or(e["firstTimestamp"].as_str()).unwrap_or_default().to_owned();
     items.sort_by_key(at);
     items
         .iter()

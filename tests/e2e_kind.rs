@@ -1261,7 +1261,12 @@ fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_rout
     let model = &pdd["status"]["model"];
     let figures = (model["phase"].as_str(), model["bytes"].as_u64(), model["totalBytes"].as_u64(), model["files"].as_u64());
     assert_eq!(figures, (Some("Fetched"), Some(size), Some(size), Some(2 + HUB_SHARDS as u64)), "{model}");
-    let ready_at = condition(&pdd, "ModelReady").unwrap()["lastTransitionTime"].as_str().unwrap().to_owned();
+    // The weights were complete when the fetch Job completed (`ModelReady` is written after the
+    // same reconcile applied the engine pods, so its time may be a little later than theirs).
+    let jobs = cluster().kubectl(&["get", "jobs", "-n", &ns.name, "-l", "pd.inference.dev/role=model-fetch", "-o", "json"]);
+    let jobs: Value = serde_json::from_slice(&jobs.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&jobs)));
+    assert_eq!(jobs["items"].as_array().map(Vec::len), Some(1), "one fetch Job: {jobs}");
+    let ready_at = jobs["items"][0]["status"]["completionTime"].as_str().unwrap().to_owned();
 
     wait_traffic_ready(&ns, name, 2);
     let engines = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role in (prefill,decode)"));
@@ -1270,7 +1275,7 @@ fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_rout
     for p in &engines {
         // RFC 3339 in UTC to the second compares as text: no engine pod before the weights.
         let created = p["metadata"]["creationTimestamp"].as_str().unwrap();
-        assert!(created >= ready_at.as_str(), "{} created {created}, before ModelReady at {ready_at}", p["metadata"]["name"]);
+        assert!(created >= ready_at.as_str(), "{} created {created}, before the fetch completed at {ready_at}", p["metadata"]["name"]);
         let claims: Vec<&Value> =
             p["spec"]["volumes"].as_array().unwrap().iter().filter(|v| v["persistentVolumeClaim"].is_object()).collect();
         assert_eq!(claims.len(), 1, "{}", p["spec"]["volumes"]);
