@@ -98,6 +98,9 @@ fn merge_addresses(flags: &[String], file: Option<&str>) -> Vec<String> {
     flags.iter().map(String::as_str).chain(from_file).filter(|a| seen.insert(*a)).map(str::to_owned).collect()
 }
 
+/// The reason of a prefill whose first check is still running.
+const CHECKING: &str = "Checking";
+
 /// The aggregate over every prefill, as the pod condition shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Aggregate {
@@ -107,11 +110,14 @@ pub struct Aggregate {
 }
 
 /// The gate's rule. A failed check closes it: the prefills of a KV set share one topology, so a
-/// failure is the decode's own mismatch. Otherwise one passed prefill opens it once every prefill
-/// had its first check: a prefill still starting, not yet in DNS, or lost is one this decode
-/// cannot pull from, but the others serve it and the router sends no request to an unready
+/// failure is the decode's own mismatch. Otherwise one passed prefill opens it: a prefill still
+/// starting, not yet in DNS, lost, or whose first check is still running is one this decode
+/// cannot pull from yet, but the others serve it and the router sends no request to an unready
 /// prefill. (All of them once had to pass: a prefill scale-up took the only decode out of
-/// service until the new pods were in DNS, and the router failed the requests meanwhile.)
+/// service until the new pods were in DNS. Later a first check still running kept it closed:
+/// when the new prefills reached the decode's prefill file, about a minute after a scale-up, the
+/// only decode left service while they were checked, smg's readiness failed with it, and every
+/// request failed for half a minute; `make bench-planner`, 2026-12-05.)
 pub fn aggregate(verdicts: &[(String, Option<Verdict>)]) -> Aggregate {
     if verdicts.is_empty() {
         return Aggregate { passed: false, reason: "NoPrefillInstances".into(), message: "no prefill instance to check against".into() };
@@ -120,15 +126,15 @@ pub fn aggregate(verdicts: &[(String, Option<Verdict>)]) -> Aggregate {
     let not_passed: Vec<&(String, Option<Verdict>)> = verdicts.iter().filter(|(_, v)| !is_passed(v)).collect();
     let failed = not_passed.iter().find(|(_, v)| matches!(v, Some(Verdict::Failed { .. })));
     let checking = not_passed.iter().find(|(_, v)| v.is_none());
-    let (addr, v) = match failed.or(checking) {
+    let (addr, v) = match failed {
         Some(closing) => closing,
         None if not_passed.len() < verdicts.len() => return passed(verdicts, &not_passed),
         // None passed: every verdict is in `not_passed`, and there is at least one.
-        None => &not_passed[0],
+        None => checking.unwrap_or(&not_passed[0]),
     };
     let (reason, text) = match v {
         Some(v) => v.reason_and_message(),
-        None => ("Checking".into(), "first check in progress".into()),
+        None => (CHECKING.into(), "first check in progress".into()),
     };
     let more = match not_passed.len() {
         n if n > 1 => format!(" ({} more prefill instance(s) not passed)", n - 1),
@@ -152,7 +158,7 @@ fn passed(verdicts: &[(String, Option<Verdict>)], not_passed: &[&(String, Option
     if !not_passed.is_empty() {
         let others: Vec<String> = not_passed
             .iter()
-            .map(|(addr, v)| format!("{addr} ({})", v.as_ref().map(|v| v.reason_and_message().0).unwrap_or_default()))
+            .map(|(addr, v)| format!("{addr} ({})", v.as_ref().map_or_else(|| CHECKING.to_owned(), |v| v.reason_and_message().0)))
             .collect();
         message.push_str(&format!("; not serving this decode yet: {}", others.join(", ")));
     }
@@ -544,7 +550,7 @@ mod tests {
     /// A prefill scale-up: the new pod is not in DNS yet, the old one serves; the decode stays in
     /// service and its condition names the newcomer.
     #[test]
-    fn one_passed_prefill_opens_the_gate_once_every_prefill_was_checked() {
+    fn one_passed_prefill_opens_the_gate() {
         let unreachable = Verdict::Pending { reason: "PrefillUnreachable".into(), message: "dns error".into() };
         let agg = aggregate(&[("old:1".into(), Some(ok())), ("new:1".into(), Some(unreachable))]);
         assert!(agg.passed, "{agg:?}");
@@ -553,7 +559,15 @@ mod tests {
             "SGLang's bootstrap handshake passed against 1 prefill instance(s); not serving this decode yet: new:1 (PrefillUnreachable)"
         );
         let first = aggregate(&[("old:1".into(), Some(ok())), ("new:1".into(), None)]);
-        assert_eq!((first.passed, first.reason.as_str()), (false, "Checking"), "a first check still running keeps it closed");
+        assert!(first.passed, "a first check still running does not close it: {first:?}");
+        assert!(first.message.ends_with("not serving this decode yet: new:1 (Checking)"), "{}", first.message);
+        let none = aggregate(&[
+            ("a:1".into(), None),
+            ("b:1".into(), Some(Verdict::Pending { reason: "PrefillUnreachable".into(), message: "m".into() })),
+        ]);
+        assert_eq!((none.passed, none.reason.as_str()), (false, "Checking"), "none passed: closed, the first check named");
+        let failing = aggregate(&[("old:1".into(), Some(ok())), ("new:1".into(), Some(failed("PageSizeMismatch")))]);
+        assert_eq!((failing.passed, failing.reason.as_str()), (false, "PageSizeMismatch"), "a failure closes it");
     }
 
     #[test]
@@ -570,7 +584,8 @@ mod tests {
         let pending = Verdict::Pending { reason: "Unreachable".into(), message: "connection refused".into() };
         assert!(decided(&[("a:1".into(), Some(ok()))]));
         assert!(decided(&[("a:1".into(), Some(failed("PageSizeMismatch"))), ("b:1".into(), None)]));
-        assert!(!decided(&[("a:1".into(), Some(ok())), ("b:1".into(), None)]));
+        assert!(decided(&[("a:1".into(), Some(ok())), ("b:1".into(), None)]), "one pass opens the gate");
+        assert!(!decided(&[("a:1".into(), None)]));
         assert!(decided(&[("a:1".into(), Some(ok())), ("b:1".into(), Some(pending.clone()))]), "one pass opens the gate");
         assert!(!decided(&[("a:1".into(), Some(pending))]));
     }
