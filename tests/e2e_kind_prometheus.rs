@@ -99,26 +99,8 @@ fn scraped_pdd(name: &str) -> String {
 fn start_load(ns: &TestNamespace, pod: &str, target: &str, seconds: u32, concurrency: u32) {
     let image = std::env::var("PD_KIND_SIM_IMAGE").expect("PD_KIND_SIM_IMAGE: run through `make e2e-kind`");
     let (s, c) = (seconds.to_string(), concurrency.to_string());
-    let run =
-        ["run", pod, "-n", &ns.name, "--image", &image, "--image-pull-policy", "IfNotPresent", "--restart", "Never", "--command", "--"];
     let bench = ["pd-sim", "bench", "--target", target, "--model", MODEL, "--max-tokens", "8", "--requests", "100000000"];
-    let o = cluster().kubectl(&[&run[..], &bench[..], &["--seconds", &s, "--concurrency", &c]].concat());
-    assert!(o.status.success(), "{}", text(&o));
-}
-
-/// The load generator's one-line JSON summary, once it finished.
-fn load_report(ns: &TestNamespace, pod: &str) -> Value {
-    wait_for(WAIT, "the load generator to finish", || {
-        let p = ns.get_json("pod", pod)?;
-        match p["status"]["phase"].as_str() {
-            Some("Succeeded") => Ok(()),
-            Some("Failed") => panic!("load generator failed: {}", text(&cluster().kubectl(&["logs", "-n", &ns.name, pod]))),
-            _ => Err(p["status"].to_string()),
-        }
-    });
-    let o = cluster().kubectl(&["logs", "-n", &ns.name, pod]);
-    let line = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_owned();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("load generator printed {line:?}: {e}"))
+    ns.start_pod(pod, &image, &[&bench[..], &["--seconds", &s, "--concurrency", &c]].concat());
 }
 
 fn wait_pdd_ready(ns: &TestNamespace, name: &str) {
@@ -271,7 +253,7 @@ fn every_dashboard_panel_has_data_under_load() {
         eprintln!("  {fin:>2}/{series:<2} {panel}: {}", expr.split_whitespace().collect::<Vec<_>>().join(" "));
     }
     assert_eq!(phase, "Running", "the queries were answered after the load ended");
-    let report = load_report(&ns, "load");
+    let report = ns.pod_report("load", WAIT);
     eprintln!("load: {report}");
     assert_eq!(report["failed"], 0, "{report}");
 }

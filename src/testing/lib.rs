@@ -175,6 +175,12 @@ impl TestNamespace {
     /// Runs `command` in a pod `pod` of `image` until it ends (within `timeout`) and reads its last
     /// log line as JSON: a load generator's report. A failed pod fails the test with its log.
     pub fn run_to_report(&self, pod: &str, image: &str, command: &[&str], timeout: Duration) -> serde_json::Value {
+        self.start_pod(pod, image, command);
+        self.pod_report(pod, timeout)
+    }
+
+    /// Starts `command` in a pod `pod` of `image` that runs once (`kubectl run --restart Never`).
+    pub fn start_pod(&self, pod: &str, image: &str, command: &[&str]) {
         let run = [
             "run",
             pod,
@@ -191,6 +197,10 @@ impl TestNamespace {
         ];
         let o = cluster().kubectl(&[&run[..], command].concat());
         assert!(o.status.success(), "{}", text(&o));
+    }
+
+    /// The last log line, as JSON, of pod `pod` once it succeeded (within `timeout`).
+    pub fn pod_report(&self, pod: &str, timeout: Duration) -> serde_json::Value {
         wait_for(timeout, &format!("pod {pod} to finish"), || {
             let p = self.get_json("pod", pod)?;
             match p["status"]["phase"].as_str() {
