@@ -1154,14 +1154,10 @@ const HUB_GQA: &str = "acme/qwen3-ft";
 const HUB_SHARDS: usize = 3;
 const HUB_SHARD_BYTES: usize = 8 << 20;
 
-fn parity_config(arch: &str) -> String {
-    std::fs::read_to_string(repo_path(&format!("tests/parity/configs/{arch}.json"))).unwrap()
-}
-
 /// `pd-sim hub` as a Deployment and its Service `hub` (port 8080).
 fn hub_objects() -> String {
     let image = std::env::var("PD_KIND_SIM_IMAGE").expect("PD_KIND_SIM_IMAGE");
-    let (mla, gqa) = (parity_config("DeepseekV3ForCausalLM"), parity_config("Qwen3ForCausalLM"));
+    let (mla, gqa) = (common::hub::config("DeepseekV3ForCausalLM"), common::hub::config("Qwen3ForCausalLM"));
     let (shards, bytes) = (HUB_SHARDS.to_string(), HUB_SHARD_BYTES.to_string());
     let args =
         ["hub", "--repo", &format!("{HUB_MLA}={mla}"), "--repo", &format!("{HUB_GQA}={gqa}"), "--shards", &shards, "--shard-bytes", &bytes];
@@ -1256,7 +1252,7 @@ fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_rout
         let ready = condition(&v, "ModelReady").is_some_and(|c| c["status"] == "True");
         ready.then_some(v.clone()).ok_or_else(|| v["status"].to_string())
     });
-    let config_bytes = parity_config("DeepseekV3ForCausalLM").len() as u64;
+    let config_bytes = common::hub::config("DeepseekV3ForCausalLM").len() as u64;
     let size = config_bytes + 4096 + (HUB_SHARDS * HUB_SHARD_BYTES) as u64;
     let model = &pdd["status"]["model"];
     let figures = (model["phase"].as_str(), model["bytes"].as_u64(), model["totalBytes"].as_u64(), model["files"].as_u64());

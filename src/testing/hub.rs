@@ -7,14 +7,16 @@ pub use pd_sim::hub::*;
 /// The token the gated fixture repository wants.
 pub const GATED_TOKEN: &str = "hf_stand_in_token";
 
+/// The real config.json of architecture `arch` (tests/parity/configs).
+pub fn config(arch: &str) -> String {
+    let path = crate::repo_path(&format!("tests/parity/configs/{arch}.json"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// Real config.json files the Hub serves (tests/parity/configs), under repository names the
 /// model catalogue does not know, so only the file can decide: `acme/qwen3-ft` (GQA, Qwen3),
 /// `acme/dsv3-ft` (MLA, DeepSeek-V3) and `acme/dsv3-gated` (the same, behind `GATED_TOKEN`).
 pub fn fixtures() -> HubFiles {
-    let config = |arch: &str| {
-        let path = crate::repo_path(&format!("tests/parity/configs/{arch}.json"));
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    };
     let (gqa, mla) = (config("Qwen3ForCausalLM"), config("DeepseekV3ForCausalLM"));
     HubFiles::default()
         .file("acme/qwen3-ft", "main", "config.json", &gqa)
