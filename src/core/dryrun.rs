@@ -160,11 +160,6 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
             ..Default::default()
         });
     }
-    // Without a config ConfigMap, SGLang reads config.json where --model-path points: the source.
-    if let Some((volume, mount)) = render::model_source::volume(name, &spec.model).filter(|_| config.is_none()) {
-        mounts.push(mount);
-        volumes.push(volume);
-    }
     let shim = format!("{SHIM_DIR}/{SHIM_KEY}");
     let container = Container {
         name: CONTAINER.into(),
@@ -195,39 +190,22 @@ pub fn pod_name(name: &str, key: &str) -> String {
     format!("{name}-dry-run-{key}")
 }
 
-/// Where the engine image is cached: the prefill role's node selector and tolerations (and its
-/// ServiceAccount, for image pull secrets); both roles' template annotations.
+/// The dry-run pod: beside the engines, where their image is cached (`render::beside_engines`).
 fn pod(pdd: &PDDeployment, at: (&str, &str), key: &str, container: Container, volumes: Vec<Volume>) -> Pod {
     let (name, ns) = at;
-    let t = &pdd.spec.prefill.template;
     let mut pod = Pod::default();
     pod.metadata.name = Some(pod_name(name, key));
     pod.metadata.namespace = Some(ns.into());
     pod.metadata.labels = Some(render::common_labels(name, DRY_RUN_ROLE));
-    let annotations: BTreeMap<String, String> = pdd
-        .spec
-        .prefill
-        .template
-        .annotations
-        .iter()
-        .chain(&pdd.spec.decode.template.annotations)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    pod.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     pod.metadata.owner_references = render::owner_refs(pdd);
+    let (annotations, spec) = render::beside_engines(pdd);
+    pod.metadata.annotations = annotations;
     pod.spec = Some(PodSpec {
         restart_policy: Some("Never".into()),
         active_deadline_seconds: Some(DEADLINE_SECONDS),
-        enable_service_links: Some(false),
-        automount_service_account_token: Some(false),
-        termination_grace_period_seconds: Some(5),
-        node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
-        tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
-        service_account_name: t.service_account_name.clone(),
-        priority_class_name: t.priority_class_name.clone(),
         containers: vec![container],
         volumes: Some(volumes),
-        ..Default::default()
+        ..spec
     });
     pod
 }
@@ -494,14 +472,13 @@ spec:
     }
 
     #[test]
-    fn a_mounted_model_source_is_mounted_where_sglang_reads_config_json() {
+    fn a_mounted_model_source_is_judged_on_the_config_json_read_from_it() {
         let p = pdd(&SPEC.replace("configMapRef: {name: qwen-config}", "source: {pvc: {claimName: weights, path: qwen3}}"));
         let run = run_of(&p).unwrap();
         let spec = run.pod.spec.as_ref().unwrap();
-        let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == render::model_source::MODEL_VOLUME).unwrap();
-        assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().claim_name, "weights");
-        let mounts = spec.containers[0].volume_mounts.as_ref().unwrap();
-        assert!(mounts.iter().any(|m| m.mount_path == render::model_source::MODEL_MOUNT && m.read_only == Some(true)));
+        let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "model-config").unwrap();
+        assert_eq!(volume.config_map.as_ref().unwrap().name, crate::hub::config_map_name("qwen"), "the kept copy the reader Job made");
+        assert!(spec.volumes.as_ref().unwrap().iter().all(|v| v.name != render::model_source::MODEL_VOLUME), "no weights mounted");
         let other = pdd(&SPEC.replace("configMapRef: {name: qwen-config}", "source: {pvc: {claimName: other, path: qwen3}}"));
         assert_ne!(run.key, run_of(&other).unwrap().key, "other weights, another verdict");
     }

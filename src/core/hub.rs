@@ -18,8 +18,8 @@ pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 pub const CONFIG_FILE: &str = "config.json";
 /// The condition reporting whether the source's config.json was read.
 pub const CONDITION: &str = "ModelConfigResolved";
-/// The kept ConfigMap's annotation naming the URL its config.json came from: a spec naming
-/// another URL reads it again.
+/// The kept ConfigMap's annotation naming where its config.json came from (a Hub source's URL, a
+/// mounted source's `model_read::VolumeRead::origin`): a spec naming another reads it again.
 pub const URL_ANNOTATION: &str = "pd.inference.dev/model-config-url";
 /// `pd.inference.dev/role` of the kept ConfigMap.
 pub const ROLE: &str = "model-config";
@@ -146,13 +146,18 @@ pub fn config_map_name(name: &str) -> String {
 pub enum ConfigSource {
     ConfigMap(ConfigMapKeyRef),
     Hub(HubRequest),
+    /// A mounted source's, read by a Job in the cluster (`model_read`).
+    Volume(crate::model_read::VolumeRead),
     Catalogue,
 }
 
 pub fn config_source(model: &ModelSpec) -> ConfigSource {
-    match (&model.config_map_ref, request(model)) {
-        (Some(r), _) => ConfigSource::ConfigMap(r.clone()),
-        (None, Some(req)) => ConfigSource::Hub(req),
+    if let Some(r) = &model.config_map_ref {
+        return ConfigSource::ConfigMap(r.clone());
+    }
+    match (request(model), crate::model_read::request(model)) {
+        (Some(req), _) => ConfigSource::Hub(req),
+        (None, Some(read)) => ConfigSource::Volume(read),
         (None, None) => ConfigSource::Catalogue,
     }
 }
@@ -179,16 +184,16 @@ impl ConfigMapError {
 }
 
 /// The ConfigMap the rules and the engine dry run read the model's config.json from: the
-/// spec's `configMapRef`, else the one the operator keeps for a Hub source.
+/// spec's `configMapRef`, else the one the operator keeps for a Hub or a mounted source.
 pub fn config_ref(name: &str, model: &ModelSpec) -> Option<ConfigMapKeyRef> {
     match config_source(model) {
         ConfigSource::ConfigMap(r) => Some(r),
-        ConfigSource::Hub(_) => Some(ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }),
+        ConfigSource::Hub(_) | ConfigSource::Volume(_) => Some(ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }),
         ConfigSource::Catalogue => None,
     }
 }
 
-/// The ConfigMap keeping `text`, read from `url`, owned by the PDDeployment.
+/// The ConfigMap keeping `text`, read from `url` (or a mounted source's origin), owned by the PDDeployment.
 pub fn config_map(pdd: &PDDeployment, url: &str, text: &str) -> ConfigMap {
     let name = pdd.metadata.name.clone().unwrap_or_default();
     let mut cm = ConfigMap { data: Some(BTreeMap::from([(CONFIG_FILE.into(), text.into())])), ..Default::default() };
@@ -200,11 +205,12 @@ pub fn config_map(pdd: &PDDeployment, url: &str, text: &str) -> ConfigMap {
     cm
 }
 
-/// The kept config.json, when `cm` holds the one `req` reads.
-pub fn kept(cm: &ConfigMap, req: &HubRequest) -> Option<(String, HfConfig)> {
+/// The kept config.json, when `cm` holds the one read from `origin` (a Hub source's URL, a
+/// mounted source's origin).
+pub fn kept(cm: &ConfigMap, origin: &str) -> Option<(String, HfConfig)> {
     let url = cm.metadata.annotations.as_ref()?.get(URL_ANNOTATION)?;
     let text = cm.data.as_ref()?.get(CONFIG_FILE)?;
-    if url != &req.url {
+    if url != origin {
         return None;
     }
     HfConfig::parse(text).ok().map(|c| (text.clone(), c))
@@ -227,6 +233,16 @@ impl Resolution {
     pub fn failed(e: &HubError) -> Self {
         let message = format!("{e}; no engine pod is created until it is read");
         Self { resolved: false, reason: e.reason().into(), message }
+    }
+
+    /// A mounted source's config.json, read by the Job and kept.
+    pub fn read_from_volume(read: &crate::model_read::VolumeRead, config_map: &str) -> Self {
+        Self { resolved: true, reason: "Resolved".into(), message: format!("{} read, kept in ConfigMap {config_map}", read.origin) }
+    }
+
+    /// A mounted source's config.json not read (yet): `reason` `Reading` or `ConfigNotRead`.
+    pub fn volume_unread(reason: &str, message: String) -> Self {
+        Self { resolved: false, reason: reason.into(), message }
     }
 }
 
@@ -258,10 +274,13 @@ mod tests {
         assert_eq!(config_ref("x", &old).unwrap().name, "mine");
         assert_eq!(config_ref("x", &m).unwrap(), ConfigMapKeyRef { name: "x-model-config".into(), key: CONFIG_FILE.into() });
         let pvc: ModelSpec = serde_json::from_value(serde_json::json!({"path": "p", "source": {"pvc": {"claimName": "w"}}})).unwrap();
-        assert_eq!((request(&pvc), config_ref("x", &pvc)), (None, None));
+        assert_eq!(request(&pvc), None);
+        assert_eq!(config_ref("x", &pvc).unwrap().name, "x-model-config", "a mounted source's is kept too");
         assert_eq!(config_source(&old), ConfigSource::ConfigMap(ConfigMapKeyRef { name: "mine".into(), key: "c".into() }));
         assert_eq!(config_source(&m), ConfigSource::Hub(r));
-        assert_eq!(config_source(&pvc), ConfigSource::Catalogue);
+        assert!(matches!(config_source(&pvc), ConfigSource::Volume(v) if v.origin == "PersistentVolumeClaim w: /models/config.json"));
+        let none: ModelSpec = serde_json::from_value(serde_json::json!({"path": "Qwen/Qwen3-8B"})).unwrap();
+        assert_eq!(config_source(&none), ConfigSource::Catalogue);
     }
 
     #[test]
@@ -300,8 +319,7 @@ mod tests {
         let cm = config_map(&pdd, &r.url, r#"{"architectures": ["Qwen3ForCausalLM"]}"#);
         assert_eq!(cm.metadata.name.as_deref(), Some("m-model-config"));
         assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].uid, "u");
-        assert_eq!(kept(&cm, &r).unwrap().1.architectures, ["Qwen3ForCausalLM"]);
-        let other = HubRequest { url: format!("{}x", r.url), ..r };
-        assert!(kept(&cm, &other).is_none(), "another revision is read again");
+        assert_eq!(kept(&cm, &r.url).unwrap().1.architectures, ["Qwen3ForCausalLM"]);
+        assert!(kept(&cm, &format!("{}x", r.url)).is_none(), "another revision is read again");
     }
 }

@@ -11,6 +11,7 @@ pub mod hub;
 pub mod manifest;
 pub mod model;
 pub mod model_fetch;
+pub mod model_read;
 pub mod offline;
 pub mod plan;
 pub mod planner;

@@ -284,30 +284,40 @@ pub fn job_progress(job: &Job) -> Option<Progress> {
 }
 
 /// A Job condition of `type_` that is True: its message.
-fn job_condition(job: &Job, type_: &str) -> Option<String> {
+pub(crate) fn job_condition(job: &Job, type_: &str) -> Option<String> {
     let conditions = job.status.as_ref()?.conditions.as_ref()?;
     conditions.iter().find(|c| c.type_ == type_ && c.is_true()).map(|c| c.message.clone().unwrap_or_default())
+}
+
+/// Whether a Job ended (Complete or Failed): its pods' messages are final.
+pub fn job_ended(job: &Job) -> bool {
+    job_condition(job, "Complete").is_some() || job_condition(job, "Failed").is_some()
 }
 
 /// Whether the Job ended (Complete or Failed) without its final figures in the annotation: the
 /// controller then copies them from its pod's termination message (`final_progress`).
 pub fn needs_final_progress(job: &Job) -> bool {
-    let ended = job_condition(job, "Complete").is_some() || job_condition(job, "Failed").is_some();
-    ended && job_progress(job).is_none_or(|p| !p.done && p.error.is_none())
+    job_ended(job) && job_progress(job).is_none_or(|p| !p.done && p.error.is_none())
 }
 
 /// The final report of the newest of the Job's pods that ended with one.
 pub fn final_progress(pods: &[Pod]) -> Option<Progress> {
-    let mut ended: Vec<(&Pod, Progress)> = pods
+    termination_message(pods, CONTAINER, Progress::parse)
+}
+
+/// The termination message of `container`, as `parse` reads it, in the newest of `pods` that ended
+/// with one `parse` accepts.
+pub(crate) fn termination_message<'a, T>(pods: &'a [Pod], container: &str, parse: impl Fn(&'a str) -> Option<T>) -> Option<T> {
+    let mut ended: Vec<(&Pod, T)> = pods
         .iter()
         .filter_map(|p| {
             let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
-            let t = statuses.iter().find(|c| c.name == CONTAINER)?.state.as_ref()?.terminated.as_ref()?;
-            Some((p, Progress::parse(t.message.as_deref()?)?))
+            let t = statuses.iter().find(|c| c.name == container)?.state.as_ref()?.terminated.as_ref()?;
+            Some((p, parse(t.message.as_deref().filter(|m| !m.trim().is_empty())?)?))
         })
         .collect();
     ended.sort_by_key(|(p, _)| p.metadata.creation_timestamp.clone().map(|t| t.0));
-    ended.pop().map(|(_, progress)| progress)
+    ended.pop().map(|(_, message)| message)
 }
 
 /// `status.model` and `ModelReady` of Job `job_name` of `model`, `job` as the cache shows it.

@@ -460,6 +460,28 @@ fn port(name: &str, number: u16) -> ContainerPort {
 /// The user (and group) pd-operator's own containers run as: the images' `USER` (Dockerfile).
 pub const OPERATOR_UID: i64 = 65532;
 
+/// A short CPU-only pod of the operator's beside the engines (the engine dry run, the model's
+/// config.json read from its volume): where the prefill pods go and the engine image or the
+/// weights are cached (the prefill role's node selector, tolerations, priority class and
+/// ServiceAccount, for image pull secrets), with both roles' template annotations; no API
+/// token, no service links, never restarted.
+pub fn beside_engines(pdd: &PDDeployment) -> (Option<BTreeMap<String, String>>, PodSpec) {
+    let (t, d) = (&pdd.spec.prefill.template, &pdd.spec.decode.template);
+    let annotations: BTreeMap<String, String> = t.annotations.iter().chain(&d.annotations).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let spec = PodSpec {
+        restart_policy: Some("Never".into()),
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(5),
+        node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
+        tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
+        service_account_name: t.service_account_name.clone(),
+        priority_class_name: t.priority_class_name.clone(),
+        ..Default::default()
+    };
+    ((!annotations.is_empty()).then_some(annotations), spec)
+}
+
 /// Security settings of containers pd-operator itself runs (`restricted` Pod Security Standard).
 pub fn restricted_security_context() -> SecurityContext {
     SecurityContext {

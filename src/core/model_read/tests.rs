@@ -1,0 +1,119 @@
+use k8s_openapi::api::batch::v1::JobCondition;
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus};
+
+use super::*;
+
+fn pdd(source: serde_json::Value) -> PDDeployment {
+    serde_json::from_value(serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u"},
+        "spec": {"model": {"path": "acme/qwen3-ft", "source": source},
+            "prefill": {"template": {"nodeSelector": {"pool": "h100"}, "annotations": {"a": "1"}}}, "decode": {}}}))
+    .unwrap()
+}
+
+fn config(arch: &str) -> String {
+    std::fs::read_to_string(format!("{}/../../tests/parity/configs/{arch}.json", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn each_mounted_source_is_read_where_the_engines_find_it() {
+    let p = pdd(serde_json::json!({"pvc": {"claimName": "weights", "path": "qwen3-ft"}}));
+    let read = request(&p.spec.model).unwrap();
+    assert_eq!(read.field, "spec.model.source.pvc");
+    assert_eq!(read.origin, "PersistentVolumeClaim weights: /models/qwen3-ft/config.json");
+    let image = pdd(serde_json::json!({"image": {"reference": "registry.example/qwen3:1"}}));
+    assert_eq!(request(&image.spec.model).unwrap().origin, "image registry.example/qwen3:1: /models/config.json");
+    let host = pdd(serde_json::json!({"hostPath": {"path": "/mnt/qwen3"}}));
+    assert_eq!(request(&host.spec.model).unwrap().field, "spec.model.source.hostPath");
+    let hub = pdd(serde_json::json!({"huggingFace": {"repo": "acme/qwen3-ft"}}));
+    assert_eq!(request(&hub.spec.model), None, "a Hub source's is read from the Hub");
+    let mut given = p.clone();
+    given.spec.model.config_map_ref = Some(pd_api::ConfigMapKeyRef { name: "mine".into(), key: "config.json".into() });
+    assert_eq!(request(&given.spec.model), None, "a configMapRef wins");
+    let other = pdd(serde_json::json!({"pvc": {"claimName": "weights", "path": "other"}}));
+    assert_ne!(job_name("m", &p.spec.model), job_name("m", &other.spec.model), "another source, another Job");
+}
+
+#[test]
+fn the_job_mounts_the_source_read_only_beside_the_engines_and_never_retries_much() {
+    let p = pdd(serde_json::json!({"pvc": {"claimName": "weights", "path": "qwen3-ft"}}));
+    let reader = job(&p, "pd-operator:dev").unwrap();
+    assert_eq!(reader.metadata.name, job_name("m", &p.spec.model));
+    assert_eq!(reader.metadata.owner_references.as_ref().unwrap()[0].uid, "u");
+    let spec = reader.spec.unwrap();
+    assert_eq!((spec.backoff_limit, spec.ttl_seconds_after_finished), (Some(BACKOFF_LIMIT), Some(TTL_SECONDS)));
+    let template = spec.template;
+    assert_eq!(template.metadata.unwrap().annotations.unwrap()["a"], "1", "the roles' template annotations");
+    let pod = template.spec.unwrap();
+    assert_eq!(pod.node_selector.unwrap()["pool"], "h100", "where the prefill pods go");
+    assert_eq!((pod.restart_policy.as_deref(), pod.automount_service_account_token), (Some("Never"), Some(false)));
+    let volume = &pod.volumes.unwrap()[0];
+    assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().read_only, Some(true));
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.args.as_deref().unwrap(),
+        [SUBCOMMAND, "--file", "/models/qwen3-ft/config.json", "--termination-log", "/dev/termination-log"]
+    );
+    assert!(c.resources.as_ref().unwrap().requests.as_ref().unwrap().keys().all(|k| k == "cpu" || k == "memory"), "no GPU");
+    assert_eq!(job(&pdd(serde_json::json!({"huggingFace": {"repo": "acme/x"}})), "i"), None);
+}
+
+#[test]
+fn a_config_travels_in_the_message_compact_or_gzipped_and_an_error_says_why() {
+    let dsv3 = config("DeepseekV3ForCausalLM");
+    let message = encode(&dsv3).unwrap();
+    assert!(message.starts_with('{') && message.len() < dsv3.len(), "compact JSON: {message}");
+    let back: serde_json::Value = serde_json::from_str(&decode(&message).unwrap()).unwrap();
+    assert_eq!(back, serde_json::from_str::<serde_json::Value>(&dsv3).unwrap());
+    // A quantized model's config lists hundreds of modules: too long as it is, not gzipped.
+    let modules: Vec<String> = (0..400).map(|i| format!("model.layers.{i}.mlp.gate")).collect();
+    let big = serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "quantization_config": {"modules_to_not_convert": modules}});
+    let message = encode(&big.to_string()).unwrap();
+    assert!(message.starts_with("gz:") && message.len() <= MESSAGE_LIMIT, "{} bytes", message.len());
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&decode(&message).unwrap()).unwrap(), big);
+    // Hashes do not compress: 20,000 hex digits stay about 10,000 bytes gzipped.
+    let noise: String = (0..313u32).map(|i| format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(i.to_le_bytes()))).collect();
+    let e = encode(&serde_json::json!({"x": noise}).to_string()).unwrap_err();
+    assert!(e.contains("over the 4096 bytes a termination message carries") && e.contains("spec.model.configMapRef"), "{e}");
+    assert_eq!(decode("error: /models/config.json: no such file").unwrap_err(), "/models/config.json: no such file");
+    assert!(encode("<html>").unwrap_err().starts_with("config.json is not valid JSON"));
+}
+
+fn ended(message: &str, created: &str) -> Pod {
+    let terminated = ContainerStateTerminated { message: Some(message.into()), ..Default::default() };
+    let status = ContainerStatus {
+        name: CONTAINER.into(),
+        state: Some(ContainerState { terminated: Some(terminated), ..Default::default() }),
+        ..Default::default()
+    };
+    let mut pod = Pod { status: Some(PodStatus { container_statuses: Some(vec![status]), ..Default::default() }), ..Default::default() };
+    pod.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created.parse().unwrap()));
+    pod
+}
+
+fn finished(type_: &str, message: &str) -> Job {
+    let condition = JobCondition { type_: type_.into(), status: "True".into(), message: Some(message.into()), ..Default::default() };
+    Job {
+        status: Some(k8s_openapi::api::batch::v1::JobStatus { conditions: Some(vec![condition]), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_jobs_state_is_the_newest_pods_message() {
+    let read = request(&pdd(serde_json::json!({"pvc": {"claimName": "weights"}})).spec.model).unwrap();
+    let waiting = state(&read, "j", None, &[]);
+    assert!(matches!(&waiting, ReadState::Reading(m) if m.contains("creating Job j to read PersistentVolumeClaim weights")), "{waiting:?}");
+    assert!(matches!(state(&read, "j", Some(&Job::default()), &[]), ReadState::Reading(m) if m.contains("with Job j")));
+    let qwen = r#"{"architectures":["Qwen3ForCausalLM"]}"#;
+    let pods = [ended("error: evicted", "2026-12-05T10:00:00Z"), ended(qwen, "2026-12-05T10:01:00Z")];
+    assert_eq!(state(&read, "j", Some(&finished("Complete", "")), &pods), ReadState::Read(qwen.into()));
+    let missing = [ended("error: /models/config.json: no such file (the directory holds: a.bin)", "2026-12-05T10:00:00Z")];
+    let ReadState::Failed(why) = state(&read, "j", Some(&finished("Failed", "BackoffLimitExceeded")), &missing) else { panic!() };
+    assert!(why.starts_with("reading PersistentVolumeClaim weights: /models/config.json: /models/config.json: no such file"), "{why}");
+    assert!(why.contains("fix the source; Job j; it is read again when the Job is deleted, 300 s after it ended"), "{why}");
+    let ReadState::Failed(why) = state(&read, "j", Some(&finished("Failed", "Job has reached the specified backoff limit")), &[]) else {
+        panic!()
+    };
+    assert!(why.contains("Job has reached the specified backoff limit"), "{why}");
+}
