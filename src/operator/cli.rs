@@ -56,6 +56,9 @@ pub enum Command {
     /// Download a Hugging Face repository at a revision into a directory, resumable and checked
     /// (what the fetch Job of `spec.model.source.huggingFace.cache` runs).
     FetchModel(crate::fetch_model::FetchModelArgs),
+    /// Read a model's config.json and write it where the operator reads it (what the Job reading
+    /// a `pvc`, `image` or `hostPath` source's config.json runs).
+    ReadModelConfig(crate::read_model_config::ReadModelConfigArgs),
 }
 
 #[derive(Args, Debug)]
@@ -227,6 +230,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Handshake(HandshakeCommand::Run(args)) => run_sidecar(args),
         Command::Controller(args) => run_controller(*args),
         Command::FetchModel(args) => crate::fetch_model::run(args),
+        Command::ReadModelConfig(args) => crate::read_model_config::run(&args),
     }
 }
 

@@ -6,4 +6,5 @@ pub mod controller;
 pub mod fetch_model;
 pub mod handshake;
 pub mod model_config;
+pub mod read_model_config;
 pub mod webhook;

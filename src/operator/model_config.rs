@@ -26,6 +26,14 @@ pub async fn config_map(client: &Client, ns: &str, r: &ConfigMapKeyRef, timeout:
     HfConfig::from_config_map(&cm, &r.key).map_err(ConfigMapError::Invalid)
 }
 
+/// The config.json the operator keeps for PDDeployment `name` when it was read from `origin`
+/// (`pd_core::hub::kept`); none when it is not there, not from `origin`, or not read in `timeout`.
+pub async fn kept(client: &Client, ns: &str, name: &str, origin: &str, timeout: Duration) -> Option<HfConfig> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = tokio::time::timeout(timeout, api.get_opt(&pd_core::hub::config_map_name(name))).await.ok()?.ok()??;
+    pd_core::hub::kept(&cm, origin).map(|(_, config)| config)
+}
+
 /// Reads `req`'s config.json, the Secret (in namespace `ns`) and the GET within `timeout`.
 pub async fn hub(client: &Client, ns: &str, req: &HubRequest, timeout: Duration) -> Result<(String, HfConfig), HubError> {
     let span = info_span!("hub_config", url = %req.url);

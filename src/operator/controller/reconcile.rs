@@ -238,8 +238,19 @@ impl<'a> Pass<'a> {
             .known
             .as_ref()
             .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == status::VALIDATED && c.is_false() && c.message == message));
-        if !was_invalid {
-            self.ctx.event(self.pdd, EventType::Warning, "InvalidSpec", "Validate", message.clone()).await;
+        // An unread config.json is told once per change of `ModelConfigResolved` (a read under way
+        // as Normal), not as an invalid spec: the rules have not run.
+        let unread = self.model_config.as_ref().filter(|m| !m.resolved);
+        let said = |type_: &str, text: &str| {
+            self.known.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && c.message == text))
+        };
+        match unread {
+            Some(m) if !said(pd_core::hub::CONDITION, &m.message) => {
+                let type_ = if m.reason == pd_core::model_read::READING { EventType::Normal } else { EventType::Warning };
+                self.ctx.event(self.pdd, type_, &m.reason, "ReadModelConfig", m.message.clone()).await;
+            }
+            None if !was_invalid => self.ctx.event(self.pdd, EventType::Warning, "InvalidSpec", "Validate", message.clone()).await,
+            _ => {}
         }
         let next = status::compute(&self.status_inputs(Err(message), ("", "")));
         write_status(self.ctx, &self.status_key, self.known.as_ref(), &self.ns, &self.name, next).await?;

@@ -119,6 +119,13 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
                 Ok((_, config)) => (Ok(Some(config)), None),
                 Err(e) => (Ok(None), Some(review::hub_unread(&e))),
             },
+            // Read by the operator's Job (`model_read`): judged here once it is kept.
+            Some((ns, ConfigSource::Volume(read))) => {
+                match model_config::kept(&state.client, &ns, &admission.name(), &read.origin, LOOKUP_TIMEOUT).await {
+                    Some(config) => (Ok(Some(config)), None),
+                    None => (Ok(None), Some(review::volume_unread(&read))),
+                }
+            }
             Some((_, ConfigSource::Catalogue)) | None => (Ok(None), None),
         };
         let mut response = admission.decide(config, state.gang_api);

@@ -10,6 +10,7 @@ use serde_json::Value;
 use pd_api::PDDeployment;
 use pd_core::hub::{self, ConfigSource, HubError};
 use pd_core::model::{self, HfConfig};
+use pd_core::model_read::VolumeRead;
 use pd_core::validate::{self, Severity};
 
 /// Largest AdmissionReview accepted; the apiserver caps objects at 3 MiB, ours are far smaller.
@@ -50,6 +51,12 @@ impl Review {
         Some((ns, hub::config_source(&pdd.spec.model)))
     }
 
+    /// The name of the object under review.
+    pub fn name(&self) -> String {
+        let from_object = self.subject.as_ref().and_then(|s| s.as_ref().ok()).and_then(|p| p.metadata.name.clone());
+        from_object.or_else(|| (!self.request.name.is_empty()).then(|| self.request.name.clone())).unwrap_or_default()
+    }
+
     /// Decides the request. `gang_api` is whether the cluster serves Kubernetes' gang scheduling
     /// API, as the operator found at start.
     pub fn decide(&self, config: ConfigLookup, gang_api: bool) -> AdmissionResponse {
@@ -60,7 +67,7 @@ impl Review {
             Some(Ok(p)) => p,
         };
         let req = &self.request;
-        let name = pdd.metadata.name.clone().or_else(|| (!req.name.is_empty()).then(|| req.name.clone())).unwrap_or_default();
+        let name = self.name();
         let config = match config {
             Ok(c) => c,
             Err(e) => return resp.deny(format!("{name}: {}", validate::model_config_unread(&e))),
@@ -100,6 +107,14 @@ impl Review {
 pub fn hub_unread(e: &HubError) -> String {
     format!(
         "spec.model.source.huggingFace: {e}; the model-aware rules ran without it, and the controller creates no engine pod until it reads it"
+    )
+}
+
+/// The warning of a mounted source whose config.json the operator has not read yet.
+pub fn volume_unread(read: &VolumeRead) -> String {
+    format!(
+        "{}: {} is read in the cluster by a Job of the operator once this is admitted; the model-aware rules ran without it, and the controller runs them on it before any engine pod",
+        read.field, read.origin
     )
 }
 

@@ -1,19 +1,25 @@
-//! The model's config.json in a reconcile: the ConfigMap `spec.model.configMapRef` names, or a
-//! Hugging Face source's own, read from the Hub once per URL and kept in an owned ConfigMap
-//! (`<name>-model-config`, applied with the other children), so the rules and the engine dry
-//! run judge the real config. While it cannot be read nothing is judged and no engine pod is
-//! created: `ModelConfigResolved=False` names the URL and the HTTP status.
+//! The model's config.json in a reconcile: the ConfigMap `spec.model.configMapRef` names, or the
+//! source's own, read once and kept in an owned ConfigMap (`<name>-model-config`, applied with
+//! the other children), so the rules and the engine dry run judge the real config: a Hugging
+//! Face source's from the Hub, a mounted source's (`pvc`, `image`, `hostPath`) by a Job
+//! mounting it beside the engines (`pd_core::model_read`). While it cannot be read nothing is
+//! judged and no engine pod is created: `ModelConfigResolved=False` names the URL and the HTTP
+//! status, or the volume's file and what the Job found.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use tracing::{info, warn};
 
 use crate::model_config;
 use pd_api::{ConfigMapKeyRef, PDDeployment};
-use pd_core::hub::{self, ConfigSource, HubRequest, Resolution};
+use pd_core::hub::{self, ConfigSource, Resolution};
 use pd_core::model::HfConfig;
+use pd_core::model_read::{self, ReadState, VolumeRead};
 
 use super::super::cache::Owner;
 use super::super::{Context, Error};
@@ -47,11 +53,15 @@ pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<
     let req = match hub::config_source(&pdd.spec.model) {
         ConfigSource::Hub(req) => req,
         ConfigSource::ConfigMap(r) => return Ok(ModelConfig::of(config_map_ref(ctx, ns, &r).await?)),
+        ConfigSource::Volume(read) => return volume(ctx, pdd, ns, &read).await,
         ConfigSource::Catalogue => return Ok(ModelConfig::of(Ok(None))),
     };
-    let read = match kept(ctx, pdd, ns, &req) {
+    let read = match kept(ctx, pdd, ns, &req.url) {
         Some(k) => Ok(k),
-        None => model_config::hub(&ctx.client, ns, &req, FETCH_TIMEOUT).await,
+        None => {
+            info!(url = %req.url, "reading the model's config.json from the Hub");
+            model_config::hub(&ctx.client, ns, &req, FETCH_TIMEOUT).await
+        }
     };
     let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
     Ok(match read {
@@ -70,16 +80,68 @@ pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<
     })
 }
 
-/// The config.json kept for `req` (the cache's ConfigMap, read from the same URL).
-fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, req: &HubRequest) -> Option<(String, HfConfig)> {
+/// The config.json kept for `origin` (the cache's ConfigMap, read from the same URL or volume file).
+fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, origin: &str) -> Option<(String, HfConfig)> {
     let (name, uid) = (pdd.metadata.name.as_deref()?, pdd.metadata.uid.as_deref()?);
     let cm_name = hub::config_map_name(name);
     let cms = ctx.stores.config_maps.as_ref()?.children(Owner { ns, name, uid });
-    let found = cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| hub::kept(cm, req));
-    if found.is_none() {
-        info!(url = %req.url, "reading the model's config.json from the Hub");
+    cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| hub::kept(cm, origin))
+}
+
+/// A mounted source's config.json: kept, else read by its Job.
+async fn volume(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &VolumeRead) -> Result<ModelConfig, Error> {
+    let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
+    let state = match kept(ctx, pdd, ns, &read.origin) {
+        Some((text, _)) => ReadState::Read(text),
+        None => read_with_job(ctx, pdd, ns, read).await?,
+    };
+    let unread = |reason: &str, message: String, after: Duration| ModelConfig {
+        config: Ok(None),
+        resolution: Some(Resolution::volume_unread(reason, message.clone())),
+        unresolved: Some((format!("{}: {message}", read.field), after)),
+        keep: None,
+    };
+    Ok(match state {
+        ReadState::Reading(message) => unread(model_read::READING, message, super::model_fetch::POLL),
+        ReadState::Failed(message) => unread(model_read::NOT_READ, message, READ_AGAIN),
+        ReadState::Read(text) => match HfConfig::parse(&text) {
+            Ok(config) => ModelConfig {
+                config: Ok(Some(config)),
+                resolution: Some(Resolution::read_from_volume(read, &cm_name)),
+                unresolved: None,
+                keep: Some(hub::config_map(pdd, &read.origin, &text)),
+            },
+            Err(e) => unread(model_read::NOT_READ, format!("{}: {e}", read.origin), READ_AGAIN),
+        },
+    })
+}
+
+/// A failed read is looked at again this often (its Job is deleted `model_read::TTL_SECONDS`
+/// after it ended, which wakes a reconcile sooner).
+const READ_AGAIN: Duration = Duration::from_secs(60);
+
+/// The state of the Job reading `read`; the Job is applied when there is none (while the config
+/// is unread no other child is applied), and its pods listed once it ended.
+async fn read_with_job(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &VolumeRead) -> Result<ReadState, Error> {
+    let name = pdd.metadata.name.as_deref().unwrap_or_default();
+    let job_name = model_read::job_name(name, &pdd.spec.model).unwrap_or_default();
+    let job = ctx.stores.jobs.as_ref().and_then(|c| c.get(&ObjectRef::new(&job_name).within(ns)));
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let mut pods = Vec::new();
+    match job.as_deref() {
+        None => {
+            if let Some(want) = model_read::job(pdd, &ctx.render.operator_image) {
+                info!(job = %job_name, origin = %read.origin, "reading the model's config.json from its volume");
+                ctx.apply(&jobs, &job_name, &want).await?;
+            }
+        }
+        Some(j) if pd_core::model_fetch::job_ended(j) => {
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            pods = api.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job_name}"))).await?.items;
+        }
+        Some(_) => {}
     }
-    found
+    Ok(model_read::state(read, &job_name, job.as_deref(), &pods))
 }
 
 /// The config.json of `spec.model.configMapRef`: `Ok(Err(why))` when the reference is wrong (a
