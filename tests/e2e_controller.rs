@@ -1207,13 +1207,7 @@ fn a_cached_hub_source_is_fetched_once_before_any_engine_pod() {
         assert_eq!((model["phase"].as_str(), model["job"].as_str()), (Some("Pending"), Some(job.as_str())), "{model}");
     }
     // The claim appears (a static volume binds it); kwok ends the fetch pod with its report.
-    let pv = format!("{}-weights", ns.name);
-    let volume = format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {pv}}}\nspec:\n  capacity: {{storage: 10Gi}}\n  accessModes: [ReadWriteMany]\n  storageClassName: ''\n  hostPath: {{path: /tmp/{pv}}}\n  claimRef: {{namespace: {ns}, name: weights}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: weights, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteMany]\n  storageClassName: ''\n  volumeName: {pv}\n  resources: {{requests: {{storage: 10Gi}}}}\n",
-        ns = ns.name
-    );
-    let o = ns.apply(&volume);
-    assert!(o.status.success(), "{}", text(&o));
+    let pv = static_claim(&ns, "weights");
     for name in ["a", "b"] {
         wait_condition(&ns, name, "ModelReady", "True");
         let model = &ns.get_json("pdd", name).unwrap()["status"]["model"];
@@ -1237,6 +1231,73 @@ fn a_cached_hub_source_is_fetched_once_before_any_engine_pod() {
         }
     }
     assert_eq!(jobs().unwrap().len(), 1, "shared, not fetched twice");
+    let _ = cluster().kubectl(&["delete", "pv", &pv, "--wait=false"]);
+}
+
+/// Claim `claim` bound to a static hostPath volume of its own (the volume's name, to delete).
+fn static_claim(ns: &TestNamespace, claim: &str) -> String {
+    let pv = format!("{}-{claim}", ns.name);
+    let volume = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {pv}}}\nspec:\n  capacity: {{storage: 10Gi}}\n  accessModes: [ReadWriteMany]\n  storageClassName: ''\n  hostPath: {{path: /tmp/{pv}}}\n  claimRef: {{namespace: {ns}, name: {claim}}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {claim}, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteMany]\n  storageClassName: ''\n  volumeName: {pv}\n  resources: {{requests: {{storage: 10Gi}}}}\n",
+        ns = ns.name
+    );
+    let o = ns.apply(&volume);
+    assert!(o.status.success(), "{}", text(&o));
+    pv
+}
+
+/// A model on a volume the catalogue does not know (`source.pvc`): a Job beside the engines
+/// reads its config.json, the operator keeps it in an owned ConfigMap and judges on it: the
+/// seed's GQA + `dcp: 2` mistake is refused with SGLang's text, an MLA model is admitted and
+/// served; a source without the file is reported as not read, never guessed, and nothing runs.
+/// kwok runs no container: the stage `pd-model-read-modelled` ends the reading pod with the
+/// text the test seeds in the template annotation `kwok.pd.inference.dev/model-config`, as the
+/// real `pd-operator read-model-config` does (tests/e2e_kind.rs runs that one on real kubelets).
+#[test]
+fn a_mounted_sources_config_json_is_read_by_a_job_and_judged() {
+    let ns = TestNamespace::new("volread");
+    let pv = static_claim(&ns, "weights");
+    let _ctl = ControllerProcess::start(&ns.name);
+    let compact = |arch: &str| serde_json::from_str::<Value>(&common::hub::config(arch)).unwrap().to_string();
+    let (gqa, mla) = (compact("Qwen3ForCausalLM"), compact("DeepseekV3ForCausalLM"));
+    let spec = |name: &str, config: Option<&str>, decode: &str| {
+        let seeded =
+            config.map(|c| format!(", template: {{annotations: {{kwok.pd.inference.dev/model-config: '{c}'}}}}")).unwrap_or_default();
+        format!(
+            "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  model:\n    path: acme/{name}-ft\n    source: {{pvc: {{claimName: weights, path: {name}}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}{seeded}}}\n  decode: {{parallelism: {decode}}}\n"
+        )
+    };
+    for (name, config, decode) in
+        [("gqa", Some(&gqa), "{tp: 8, dcp: 2}"), ("mla", Some(&mla), "{tp: 8, dcp: 2}"), ("absent", None, "{tp: 8}")]
+    {
+        let o = ns.apply(&spec(name, config.map(String::as_str), decode));
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    }
+    let origin = |name: &str| format!("PersistentVolumeClaim weights: /models/{name}/config.json");
+    for (name, config) in [("gqa", &gqa), ("mla", &mla)] {
+        wait_condition(&ns, name, "ModelConfigResolved", "True");
+        let (_, _, message) = condition(&ns, name, "ModelConfigResolved").unwrap();
+        assert!(message.contains(&origin(name)) && message.contains(&format!("kept in ConfigMap {name}-model-config")), "{message}");
+        let cm = ns.get_json("configmap", &format!("{name}-model-config")).unwrap();
+        assert_eq!(cm["data"]["config.json"], Value::from(config.as_str()), "the text the reader sent back");
+        assert_eq!(cm["metadata"]["ownerReferences"][0]["name"], name);
+    }
+    wait_condition(&ns, "gqa", "Validated", "False");
+    let (_, _, message) = condition(&ns, "gqa", "Validated").unwrap();
+    assert!(message.contains("PD decode DCP requires an MLA or hybrid-MLA KV pool."), "{message}");
+    wait_condition(&ns, "mla", "Validated", "True");
+    wait_for(WAIT, "mla's engine pods", || pods(&ns, "mla").and_then(|p| (p.len() == 2).then_some(()).ok_or(format!("{} pods", p.len()))));
+    // Reading, then not read once the Job failed (its retry included).
+    let message = wait_for(WAIT, "absent's ModelConfigResolved=False ConfigNotRead", || {
+        let (status, reason, message) = condition(&ns, "absent", "ModelConfigResolved")?;
+        (status == "False" && reason == "ConfigNotRead").then_some(message.clone()).ok_or(format!("{status} {reason}: {message}"))
+    });
+    assert!(message.contains(&origin("absent")) && message.contains("no config.json at the source"), "{message}");
+    assert_eq!(condition(&ns, "absent", "Validated").unwrap().0, "Unknown");
+    for name in ["gqa", "absent"] {
+        let engines = names(&ns, "pods", &format!("pd.inference.dev/deployment={name},pd.inference.dev/role in (prefill,decode)")).unwrap();
+        assert_eq!(engines, BTreeSet::new(), "{name}: an engine pod for what was refused or not read");
+    }
     let _ = cluster().kubectl(&["delete", "pv", &pv, "--wait=false"]);
 }
 

@@ -58,6 +58,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         let scaled = scaling::scale(&pdd.spec, &scale::asked(&ctx, Owner { ns: &ns, name: &name, uid: &uid }));
         let effective = PDDeployment { spec: scaled.apply_to(&pdd.spec), ..pdd.clone() };
         if !problems.is_empty() {
+            model_config::keep_refused(&ctx, &ns, &model).await?;
             return Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model).report_invalid(problems).await;
         }
         // The planner (spec.autoscaling), when a pass is due: it moves counts through the PDRoles.

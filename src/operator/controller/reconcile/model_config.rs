@@ -116,6 +116,16 @@ async fn volume(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &VolumeRead) 
     })
 }
 
+/// Applies the kept ConfigMap now, for a spec the rules refuse: its children are not applied,
+/// and the next pass (and the webhook, when the user fixes the spec) judges on the copy instead of
+/// reading the source again.
+pub(super) async fn keep_refused(ctx: &Context, ns: &str, model: &ModelConfig) -> Result<(), Error> {
+    let Some(cm) = &model.keep else { return Ok(()) };
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.apply(&api, cm.metadata.name.as_deref().unwrap_or_default(), cm).await?;
+    Ok(())
+}
+
 /// A failed read is looked at again this often (its Job is deleted `model_read::TTL_SECONDS`
 /// after it ended, which wakes a reconcile sooner).
 const READ_AGAIN: Duration = Duration::from_secs(60);
