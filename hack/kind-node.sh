@@ -21,10 +21,13 @@ KIND_VERSION=${KIND_VERSION:-0.33.0}
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 CRICTL_VERSION=${CRICTL_VERSION:-1.36.0}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-1.9.1}
+# containerd >= 2.1 mounts OCI images as pod volumes (volumes[].image). 2.4 is what containerd
+# recommends for Kubernetes 1.37 (RELEASES.md: 2.4.0+, 2.3.0+); kind v0.33 itself ships 2.3.4.
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}
 SUITE=bookworm
 
 CACHE_ROOT=${PD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator}
-KEY="kind-${KIND_VERSION}_k8s-${K8S_VERSION}_crictl-${CRICTL_VERSION}_cni-${CNI_PLUGINS_VERSION}"
+KEY="kind-${KIND_VERSION}_k8s-${K8S_VERSION}_crictl-${CRICTL_VERSION}_cni-${CNI_PLUGINS_VERSION}_containerd-${CONTAINERD_VERSION}"
 DIR="$CACHE_ROOT/kind/$KEY"
 BIN="$DIR/bin"
 WORK="$DIR/src"
@@ -42,6 +45,7 @@ build_binaries() {
   local k8s=(kubelet kubeadm kubectl kube-proxy kube-apiserver kube-controller-manager kube-scheduler)
   have "${k8s[@]}" || { log "building ${k8s[*]} v$K8S_VERSION (slow when cold)"; go_build_kubernetes "$K8S_VERSION" "$BIN" "$WORK" "${k8s[@]}"; }
   have crictl || { log "building crictl v$CRICTL_VERSION"; go_install "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION" "$BIN" "$WORK/crictl.log"; }
+  have containerd ctr containerd-shim-runc-v2 || build_containerd
   local p
   for p in ipam/host-local main/loopback main/ptp meta/portmap; do
     have "cni/${p#*/}" || { log "building CNI plugin ${p#*/} v$CNI_PLUGINS_VERSION"
@@ -57,6 +61,19 @@ build_binaries() {
   have "etcd-${etcd_tag%-*}/etcd" || { log "building etcd ${etcd_tag%-*}"; go_build_etcd "${etcd_tag%-*}" "$BIN/etcd-${etcd_tag%-*}" "$WORK"; }
   have "coredns-$coredns_tag/coredns" || { log "building CoreDNS $coredns_tag"
     go_install "github.com/coredns/coredns@$coredns_tag" "$BIN/coredns-$coredns_tag" "$WORK/coredns.log"; }
+}
+
+# build_containerd: containerd, ctr and the runc shim, static, with the tags of containerd's own
+# static release (osusergo netgo static_build) and kind's (no btrfs, zfs, devmapper snapshotters);
+# the shim without gRPC, as containerd's Makefile builds it. go install, since the module has no
+# replace directives; the version string as the Makefile sets it.
+build_containerd() {
+  local m=github.com/containerd/containerd/v2 v="v$CONTAINERD_VERSION"
+  local tags=no_btrfs,no_zfs,no_devmapper,urfave_cli_no_docs,osusergo,netgo,static_build
+  log "building containerd, ctr and containerd-shim-runc-v2 $v"
+  GOFLAGS="$GOFLAGS -tags=$tags" go_install "$m/cmd/containerd@$v" "$BIN" "$WORK/containerd.log" "-X $m/version.Version=$v"
+  GOFLAGS="$GOFLAGS -tags=$tags" go_install "$m/cmd/ctr@$v" "$BIN" "$WORK/ctr.log" "-X $m/version.Version=$v"
+  GOFLAGS="$GOFLAGS -tags=$tags,no_grpc" go_install "$m/cmd/containerd-shim-runc-v2@$v" "$BIN" "$WORK/containerd-shim.log" "-X $m/version.Version=$v"
 }
 
 NODE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
