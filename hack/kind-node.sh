@@ -2,8 +2,8 @@
 # Builds, with nothing pulled, everything a kind cluster needs on this machine, cached by version
 # outside the clone: the kind CLI, the Kubernetes node binaries and control-plane images (same pins
 # as hack/tools.sh), etcd and CoreDNS at the versions kubeadm asks for, pause, crictl, the CNI
-# plugins, and the node image itself (Debian bookworm + Debian's containerd and runc, kind's own
-# boot files). Needs a Docker engine (eval "$(hack/docker.sh up)").
+# plugins, containerd, and the node image itself (Debian bookworm + Debian's runc, our containerd,
+# kind's own boot files). Needs a Docker engine (eval "$(hack/docker.sh up)").
 # Prints two lines: KIND=<kind binary> and NODE_IMAGE=<local tag>.
 #
 # What differs from `kind build node-image`, and why (details in docs/kind.md):
@@ -13,7 +13,9 @@
 #   so the node carries the CNI config kindnetd would write for a one-node cluster (ptp, host-local,
 #   portmap) and clusters are created with disableDefaultCNI;
 # - no local-path-provisioner (its pinned v0.0.34 is not served): kind then installs its legacy
-#   host-path StorageClass, which needs no image.
+#   host-path StorageClass, which needs no image;
+# - containerd is built here from the module proxy, static (CGO_ENABLED=0), without the btrfs, zfs
+#   and devmapper snapshotters (kind leaves them out too); runc is still Debian's.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -76,7 +78,8 @@ build_containerd() {
   GOFLAGS="$GOFLAGS -tags=$tags,no_grpc" go_install "$m/cmd/containerd-shim-runc-v2@$v" "$BIN" "$WORK/containerd-shim.log" "-X $m/version.Version=$v"
 }
 
-NODE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
+# runc from Debian (1.1.5); containerd is ours (build_containerd), so Debian's is not installed.
+NODE_PACKAGES=systemd,systemd-sysv,dbus,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
 PROXY_PACKAGES=iptables,conntrack
 PATH_ENV='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 docker_have() { docker image inspect "$1" >/dev/null 2>&1; }
@@ -133,7 +136,7 @@ build_component_images() {
   COMPONENT_IMAGES=("registry.k8s.io/kube-apiserver:v$K8S_VERSION" "registry.k8s.io/kube-controller-manager:v$K8S_VERSION"
     "registry.k8s.io/kube-scheduler:v$K8S_VERSION" "registry.k8s.io/kube-proxy:v$K8S_VERSION"
     "registry.k8s.io/etcd:$ETCD_TAG" "registry.k8s.io/coredns/coredns:$COREDNS_TAG" "registry.k8s.io/pause:$pause_tag")
-  local sandbox; sandbox=$(sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p' "$ROOT/hack/kind/containerd.toml")
+  local sandbox; sandbox=$(sed -n 's/^ *sandbox = "\(.*\)"/\1/p' "$ROOT/hack/kind/containerd.toml")
   [ "$sandbox" = "registry.k8s.io/pause:$pause_tag" ] || { log "hack/kind/containerd.toml names $sandbox, the tree builds pause:$pause_tag"; exit 1; }
 }
 
@@ -152,7 +155,7 @@ build_node_image() {
   rm -rf "$ctx/files/LICENSES" "$ctx/files/etc/systemd/system/containerd-fuse-overlayfs.service"
   cp "$ROOT/hack/kind/containerd.toml" "$ctx/files/etc/containerd/config.toml"
   cp "$ROOT/hack/kind/10-pd-ptp.conflist" "$ctx/"
-  ln "$BIN/kubelet" "$BIN/kubeadm" "$BIN/kubectl" "$BIN/crictl" "$ctx/bin/"
+  ln "$BIN/kubelet" "$BIN/kubeadm" "$BIN/kubectl" "$BIN/crictl" "$BIN/containerd" "$BIN/ctr" "$BIN/containerd-shim-runc-v2" "$ctx/bin/"
   ln "$BIN/cni/"* "$ctx/bin/cni/"
   log "building the node base from hack/kind/node.Dockerfile"
   DOCKER_BUILDKIT=0 docker build -q -f "$ROOT/hack/kind/node.Dockerfile" --build-arg "ROOTFS_IMAGE=$rootfs_tag" \
