@@ -171,8 +171,9 @@ build_node_image() {
     set -e
     containerd >/tmp/containerd.log 2>&1 &
     for _ in $(seq 1 100); do ctr version >/dev/null 2>&1 && break; sleep 0.2; done
-    ctr -n k8s.io images import --all-platforms --no-unpack /kind/images.tar >/dev/null
-    for ref in "$@"; do ctr -n k8s.io images label "$ref" io.cri-containerd.pinned=pinned >/dev/null; done
+    ctr -n k8s.io images import --all-platforms --no-unpack --label=io.cri-containerd.pinned=pinned /kind/images.tar >/dev/null
+    pinned=$(ctr -n k8s.io images ls -q "labels.\"io.cri-containerd.pinned\"==pinned")
+    for ref in "$@"; do grep -qx "$ref" <<<"$pinned" || { echo "$ref missing or not pinned" >&2; exit 1; }; done
     ctr -n k8s.io images ls -q | sort
     kill %1; wait || true
     rm -rf /kind/images.tar /tmp/containerd.log' node-import "${COMPONENT_IMAGES[@]}" | sed 's/^/[kind-node]   /' >&2
