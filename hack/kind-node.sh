@@ -2,8 +2,8 @@
 # Builds, with nothing pulled, everything a kind cluster needs on this machine, cached by version
 # outside the clone: the kind CLI, the Kubernetes node binaries and control-plane images (same pins
 # as hack/tools.sh), etcd and CoreDNS at the versions kubeadm asks for, pause, crictl, the CNI
-# plugins, and the node image itself (Debian bookworm + Debian's containerd and runc, kind's own
-# boot files). Needs a Docker engine (eval "$(hack/docker.sh up)").
+# plugins, containerd, and the node image itself (Debian bookworm + Debian's runc, our containerd,
+# kind's own boot files). Needs a Docker engine (eval "$(hack/docker.sh up)").
 # Prints two lines: KIND=<kind binary> and NODE_IMAGE=<local tag>.
 #
 # What differs from `kind build node-image`, and why (details in docs/kind.md):
@@ -13,7 +13,9 @@
 #   so the node carries the CNI config kindnetd would write for a one-node cluster (ptp, host-local,
 #   portmap) and clusters are created with disableDefaultCNI;
 # - no local-path-provisioner (its pinned v0.0.34 is not served): kind then installs its legacy
-#   host-path StorageClass, which needs no image.
+#   host-path StorageClass, which needs no image;
+# - containerd is built here from the module proxy, static (CGO_ENABLED=0), without the btrfs, zfs
+#   and devmapper snapshotters (kind leaves them out too); runc is still Debian's.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -21,10 +23,13 @@ KIND_VERSION=${KIND_VERSION:-0.33.0}
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 CRICTL_VERSION=${CRICTL_VERSION:-1.36.0}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-1.9.1}
+# containerd >= 2.1 mounts OCI images as pod volumes (volumes[].image). 2.4 is what containerd
+# recommends for Kubernetes 1.37 (RELEASES.md: 2.4.0+, 2.3.0+); kind v0.33 itself ships 2.3.4.
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}
 SUITE=bookworm
 
 CACHE_ROOT=${PD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator}
-KEY="kind-${KIND_VERSION}_k8s-${K8S_VERSION}_crictl-${CRICTL_VERSION}_cni-${CNI_PLUGINS_VERSION}"
+KEY="kind-${KIND_VERSION}_k8s-${K8S_VERSION}_crictl-${CRICTL_VERSION}_cni-${CNI_PLUGINS_VERSION}_containerd-${CONTAINERD_VERSION}"
 DIR="$CACHE_ROOT/kind/$KEY"
 BIN="$DIR/bin"
 WORK="$DIR/src"
@@ -42,6 +47,7 @@ build_binaries() {
   local k8s=(kubelet kubeadm kubectl kube-proxy kube-apiserver kube-controller-manager kube-scheduler)
   have "${k8s[@]}" || { log "building ${k8s[*]} v$K8S_VERSION (slow when cold)"; go_build_kubernetes "$K8S_VERSION" "$BIN" "$WORK" "${k8s[@]}"; }
   have crictl || { log "building crictl v$CRICTL_VERSION"; go_install "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION" "$BIN" "$WORK/crictl.log"; }
+  have containerd ctr containerd-shim-runc-v2 || build_containerd
   local p
   for p in ipam/host-local main/loopback main/ptp meta/portmap; do
     have "cni/${p#*/}" || { log "building CNI plugin ${p#*/} v$CNI_PLUGINS_VERSION"
@@ -59,7 +65,21 @@ build_binaries() {
     go_install "github.com/coredns/coredns@$coredns_tag" "$BIN/coredns-$coredns_tag" "$WORK/coredns.log"; }
 }
 
-NODE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
+# build_containerd: containerd, ctr and the runc shim, static, with the tags of containerd's own
+# static release (osusergo netgo static_build) and kind's (no btrfs, zfs, devmapper snapshotters);
+# the shim without gRPC, as containerd's Makefile builds it. go install, since the module has no
+# replace directives; the version string as the Makefile sets it.
+build_containerd() {
+  local m=github.com/containerd/containerd/v2 v="v$CONTAINERD_VERSION"
+  local tags=no_btrfs,no_zfs,no_devmapper,urfave_cli_no_docs,osusergo,netgo,static_build
+  log "building containerd, ctr and containerd-shim-runc-v2 $v"
+  GOFLAGS="$GOFLAGS -tags=$tags" go_install "$m/cmd/containerd@$v" "$BIN" "$WORK/containerd.log" "-X $m/version.Version=$v"
+  GOFLAGS="$GOFLAGS -tags=$tags" go_install "$m/cmd/ctr@$v" "$BIN" "$WORK/ctr.log" "-X $m/version.Version=$v"
+  GOFLAGS="$GOFLAGS -tags=$tags,no_grpc" go_install "$m/cmd/containerd-shim-runc-v2@$v" "$BIN" "$WORK/containerd-shim.log" "-X $m/version.Version=$v"
+}
+
+# runc from Debian (1.1.5); containerd is ours (build_containerd), so Debian's is not installed.
+NODE_PACKAGES=systemd,systemd-sysv,dbus,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
 PROXY_PACKAGES=iptables,conntrack
 PATH_ENV='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 docker_have() { docker image inspect "$1" >/dev/null 2>&1; }
@@ -116,7 +136,7 @@ build_component_images() {
   COMPONENT_IMAGES=("registry.k8s.io/kube-apiserver:v$K8S_VERSION" "registry.k8s.io/kube-controller-manager:v$K8S_VERSION"
     "registry.k8s.io/kube-scheduler:v$K8S_VERSION" "registry.k8s.io/kube-proxy:v$K8S_VERSION"
     "registry.k8s.io/etcd:$ETCD_TAG" "registry.k8s.io/coredns/coredns:$COREDNS_TAG" "registry.k8s.io/pause:$pause_tag")
-  local sandbox; sandbox=$(sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p' "$ROOT/hack/kind/containerd.toml")
+  local sandbox; sandbox=$(sed -n 's/^ *sandbox = "\(.*\)"/\1/p' "$ROOT/hack/kind/containerd.toml")
   [ "$sandbox" = "registry.k8s.io/pause:$pause_tag" ] || { log "hack/kind/containerd.toml names $sandbox, the tree builds pause:$pause_tag"; exit 1; }
 }
 
@@ -135,7 +155,7 @@ build_node_image() {
   rm -rf "$ctx/files/LICENSES" "$ctx/files/etc/systemd/system/containerd-fuse-overlayfs.service"
   cp "$ROOT/hack/kind/containerd.toml" "$ctx/files/etc/containerd/config.toml"
   cp "$ROOT/hack/kind/10-pd-ptp.conflist" "$ctx/"
-  ln "$BIN/kubelet" "$BIN/kubeadm" "$BIN/kubectl" "$BIN/crictl" "$ctx/bin/"
+  ln "$BIN/kubelet" "$BIN/kubeadm" "$BIN/kubectl" "$BIN/crictl" "$BIN/containerd" "$BIN/ctr" "$BIN/containerd-shim-runc-v2" "$ctx/bin/"
   ln "$BIN/cni/"* "$ctx/bin/cni/"
   log "building the node base from hack/kind/node.Dockerfile"
   DOCKER_BUILDKIT=0 docker build -q -f "$ROOT/hack/kind/node.Dockerfile" --build-arg "ROOTFS_IMAGE=$rootfs_tag" \
@@ -151,8 +171,9 @@ build_node_image() {
     set -e
     containerd >/tmp/containerd.log 2>&1 &
     for _ in $(seq 1 100); do ctr version >/dev/null 2>&1 && break; sleep 0.2; done
-    ctr -n k8s.io images import --all-platforms --no-unpack /kind/images.tar >/dev/null
-    for ref in "$@"; do ctr -n k8s.io images label "$ref" io.cri-containerd.pinned=pinned >/dev/null; done
+    ctr -n k8s.io images import --all-platforms --no-unpack --label=io.cri-containerd.pinned=pinned /kind/images.tar >/dev/null
+    pinned=$(ctr -n k8s.io images ls -q "labels.\"io.cri-containerd.pinned\"==pinned")
+    for ref in "$@"; do grep -qx "$ref" <<<"$pinned" || { echo "$ref missing or not pinned" >&2; exit 1; }; done
     ctr -n k8s.io images ls -q | sort
     kill %1; wait || true
     rm -rf /kind/images.tar /tmp/containerd.log' node-import "${COMPONENT_IMAGES[@]}" | sed 's/^/[kind-node]   /' >&2

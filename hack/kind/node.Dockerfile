@@ -6,17 +6,17 @@ FROM ${ROOTFS_IMAGE}
 COPY files/ /
 COPY bin/kubelet bin/kubeadm bin/kubectl /usr/bin/
 COPY bin/crictl /usr/local/bin/
+# containerd 2.x built by hack/kind-node.sh, where kind's containerd.service (ExecStart=
+# /usr/local/bin/containerd) and kind's own image put it; the shim finds Debian's runc on PATH.
+COPY bin/containerd bin/ctr bin/containerd-shim-runc-v2 /usr/local/bin/
 COPY bin/cni/ /opt/cni/bin/
 # One node, so the CNI config kindnetd would write for it is static (kindnetd cannot be built here).
 COPY 10-pd-ptp.conflist /etc/cni/net.d/
 ARG K8S_VERSION
-# The same trimming and unit set-up as kind's base image; Debian's containerd and runc stand where
-# kind's units and tooling expect its own builds.
+# The same trimming and unit set-up as kind's base image; Debian's runc stands where kind's image
+# puts its own build.
 RUN set -e; \
     chmod 0755 /usr/local/bin/* /kind/bin/*; \
-    ln -sf /usr/bin/containerd /usr/local/bin/containerd; \
-    ln -sf /usr/bin/ctr /usr/local/bin/ctr; \
-    ln -sf /usr/bin/containerd-shim-runc-v2 /usr/local/bin/containerd-shim-runc-v2; \
     ln -sf /usr/sbin/runc /usr/local/sbin/runc; \
     find /lib/systemd/system/sysinit.target.wants/ -name systemd-tmpfiles-setup.service -delete; \
     rm -f /lib/systemd/system/multi-user.target.wants/* /etc/systemd/system/*.wants/* \
