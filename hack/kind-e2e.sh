@@ -40,6 +40,7 @@ SIM_IMAGE=$(hack/image.sh --sim)
 log "stand-in image $SIM_IMAGE ready after $(( $(date +%s) - start ))s"
 GATEWAY_IMAGE=$(hack/gateway-image.sh)
 log "gateway image $GATEWAY_IMAGE ready after $(( $(date +%s) - start ))s"
+MODEL_IMAGE=$(hack/model-image.sh)
 # The next release for the upgrade phase: the same binary in an image of its own (another image
 # ID and reference), as `helm upgrade` to a new operator image would bring.
 NEXT_IMAGE="${IMAGE}-next"
@@ -69,7 +70,7 @@ t=$(date +%s)
 "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config hack/kind/cluster.yaml \
   --kubeconfig "$KUBECONFIG_FILE" --wait 5m >&2
 log "cluster up in $(( $(date +%s) - t ))s"
-"$KIND" load docker-image "$IMAGE" "$NEXT_IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" --name "$CLUSTER" >&2
+"$KIND" load docker-image "$IMAGE" "$NEXT_IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" "$MODEL_IMAGE" --name "$CLUSTER" >&2
 
 # NetworkPolicy is enforced (kube-router's firewall only; docs/kind.md "NetworkPolicy"), and in
 # place before anything else is installed; tests/e2e_kind.rs shows it enforces (deny, allow, removal).
@@ -123,7 +124,7 @@ kind_tests() {
   PD_E2E_KEEP_FAILED=${PD_KIND_KEEP:-} PD_E2E_KUBECONFIG="$KUBECONFIG_FILE" PD_TOOLS_BIN="$TOOLS_BIN" PD_KIND_OPERATOR_NAMESPACE="$OPERATOR_NS" PD_KIND_PROBE_IMAGE="$PROBE_IMAGE" \
     PD_KIND_NODE="$CLUSTER-control-plane" \
     PD_KIND_OPERATOR_IMAGE="$IMAGE" PD_KIND_NEXT_OPERATOR_IMAGE="$NEXT_IMAGE" PD_KIND_SIM_IMAGE="$SIM_IMAGE" PD_KIND_GATEWAY_IMAGE="$GATEWAY_IMAGE" \
-    cargo test --locked --test e2e_kind --test e2e_kind_prometheus -- --ignored --nocapture "$@" 2>&1 | tee -a "$STATE/test.log" >&2
+    PD_KIND_MODEL_IMAGE="$MODEL_IMAGE" cargo test --locked --test e2e_kind --test e2e_kind_prometheus -- --ignored --nocapture "$@" 2>&1 | tee -a "$STATE/test.log" >&2
   return "${PIPESTATUS[0]}"
 }
 : > "$STATE/test.log"
