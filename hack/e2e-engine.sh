@@ -2,21 +2,26 @@
 # The engine tier (docs/engine-on-cpu.md): real SGLang 0.5.23 prefill and decode processes on this
 # CPU-only host, started with the argv `pd-operator render` writes into their pods plus only the
 # CPU switches tests/engine/run.py names, the KV moved by Mooncake over TCP.
-#   1. serve: tests/engine/specs/tiny-gqa.yaml; one request by token ids is answered by the decode.
+#   1. serve: tests/engine/specs/tiny-gqa.yaml; the handshake sidecar as rendered gates the decode
+#      against the real prefill and publishes the rank map; smg in front answers a request by token
+#      ids (the plain engine's tokens: the KV arrived) and a chat request (a tokenizer of ours).
 #   2. seed:  tests/engine/specs/tiny-gqa-dcp2.yaml is refused by `pd-operator validate`; its valid
 #      twin (decode tp 2) rendered and started with --dcp-size 2 (admission bypassed): the real decode
 #      raises "PD decode DCP requires an MLA or hybrid-MLA KV pool." at the first request where SGLang
 #      allows DCP; on a CPU host SGLang 0.5.23 refuses DCP at start-up first, and the step checks that.
+#      The sidecar, given the same decode, refuses it with that text against the real prefill.
 # Not in `make test` or CI (minutes of CPU per engine start). Env: PD_OPERATOR_BIN skips the cargo
 # build; PD_ENGINE_LOGS keeps the engines' logs there (default: a temp dir, removed on success).
 # Prints "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=$(hack/sglang-engine-venv.sh | tail -n 1)
+SMG_PYTHON=$(hack/smg-venv.sh | tail -n 1)
 if [ -z "${PD_OPERATOR_BIN:-}" ]; then
   cargo build --quiet --locked --bin pd-operator
   PD_OPERATOR_BIN="$(realpath "${CARGO_TARGET_DIR:-target}")/debug/pd-operator"
 fi
+export PD_OPERATOR_BIN SMG_PYTHON
 model="$PWD/tests/engine/models/tiny-llama"
 logs=${PD_ENGINE_LOGS:-$(mktemp -d /tmp/pd-engine.XXXXXX)}
 mkdir -p "$logs/serve" "$logs/seed"

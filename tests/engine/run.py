@@ -2,13 +2,17 @@
 
 Starts each engine with the argv `pd-operator render` wrote into the pod (its `engine` container),
 changing only what one host needs (ports, host, model directory) and adding the CPU switches named
-in CPU_SWITCHES, then sends one request the way SGLang's mini-LB does: the same body, with one
-bootstrap room, to the prefill and the decode. Run by hack/e2e-engine.sh with the engine venv's
-python; exits non-zero with the engines' logs' tails when a check fails.
+in CPU_SWITCHES; the decode's handshake sidecar runs as rendered (its decode.json from the rendered
+ConfigMap) against the real prefill's bootstrap server, and smg (PyPI `smg`, the pinned router) is
+put in front once the sidecar's gate opens. Run by hack/e2e-engine.sh with the engine venv's python
+(PD_OPERATOR_BIN and SMG_PYTHON in the environment); exits non-zero with the logs' tails when a
+check fails.
 
-  run.py serve  RENDERED.yaml  # a request is answered, its KV moved prefill -> decode over Mooncake TCP
+  run.py serve  RENDERED.yaml  # requests by token ids and by chat through smg, each answered by the
+                               # decode with the prompt's KV moved from the prefill over Mooncake TCP
   run.py seed   RENDERED.yaml  # decode --dcp-size 2 on a GQA model: SGLang's own error at the first
-                               # request; on a CPU host SGLang refuses DCP at start-up first (CPU_DCP_WALL)
+                               # request; on a CPU host SGLang refuses DCP at start-up first (CPU_DCP_WALL);
+                               # the sidecar, given the same decode, refuses it against the real prefill
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ CPU_SWITCHES = [
     "--device", "cpu",                      # no GPU here; SGLANG_USE_CPU_ENGINE=1 picks the CPU platform
     "--attention-backend", "torch_native",  # the CUDA attention backends do not run on a CPU
     "--load-format", "dummy",               # random weights: the tiny model ships only a config.json
-    "--skip-tokenizer-init",                # no tokenizer offline: requests carry input_ids
     "--context-length", "256",
     "--max-total-tokens", "2048",           # a tiny KV pool instead of a fraction of host memory
     "--mem-fraction-static", "0.05",
@@ -57,6 +60,14 @@ CPU_ENV = {
     "PYTHONPATH": str(SHIM),       # tests/engine/shim: sgl_kernel and CUDA-event stand-ins
     "MC_TE_METRIC": "1",           # Mooncake's transfer engine logs its throughput
 }
+
+
+def handshake_decode(rendered: Path) -> dict:
+    """The decode.json of the rendered handshake ConfigMap: what the sidecar knows of its decode."""
+    for doc in yaml.safe_load_all(rendered.read_text()):
+        if doc and doc.get("kind") == "ConfigMap" and "decode.json" in (doc.get("data") or {}):
+            return json.loads(doc["data"]["decode.json"])
+    sys.exit(f"{rendered}: no handshake ConfigMap with a decode.json")
 
 
 def engine_argvs(rendered: Path) -> dict[str, list[str]]:
@@ -105,21 +116,28 @@ def omp_threads_bind(argv: list[str]) -> dict[str, str]:
 
 
 class Engine:
-    def __init__(self, name: str, argv: list[str], port: int, logdir: Path):
+    """A process of the tier (an engine, the sidecar, the router) with its log in the log dir."""
+
+    def __init__(self, name: str, argv: list[str], port: int, logdir: Path, env: dict | None = None):
         self.name, self.port, self.log = name, port, logdir / f"{name}.log"
         self.argv = argv
-        env = {**os.environ, **CPU_ENV, **omp_threads_bind(argv)}
+        env = {**os.environ, **(CPU_ENV | omp_threads_bind(argv) if env is None else env)}
         self.proc = subprocess.Popen(
             argv, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
             start_new_session=True, cwd=logdir,
         )
 
-    def healthy(self) -> bool:
+    def get(self, path: str) -> tuple[int | None, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
-                return r.status == 200
-        except (OSError, urllib.error.URLError):
-            return False
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode(errors="replace")
+        except OSError as err:
+            return None, repr(err)
+
+    def healthy(self) -> bool:
+        return self.get("/health")[0] == 200
 
     def tail(self, n: int = 25) -> str:
         lines = [l for l in self.log.read_text(errors="replace").splitlines()
@@ -151,10 +169,41 @@ PROMPT = {
     "input_ids": [1, 5, 9, 17, 33, 65, 129, 257, 3, 7, 11, 13],
     "sampling_params": {"max_new_tokens": 8, "temperature": 0},
 }
+CHAT = {"messages": [{"role": "user", "content": "Which prefill rank sent my KV?"}],
+        "max_tokens": 8, "temperature": 0}
+PORTS = {"prefill": 31100, "decode": 31200, "plain": 31300, "sidecar": 31400, "smg": 31500, "smg-metrics": 31501}
+BOOT = 18998
+GATE_TIMEOUT_S = 120  # the sidecar's retry delays top out well below this
 
 
-def generate(e: Engine, body: dict) -> tuple[int | None, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{e.port}/generate", json.dumps(body).encode(),
+def with_tokenizer(model: Path, out: Path) -> Path:
+    """The tiny model's directory plus a tokenizer of ours, so chat works offline: byte-level BPE
+    without merges (one token per byte, GPT-2's alphabet after the ids the config gives <s> and
+    </s>), padded with plain tokens to the config's vocab_size, and a chat template. SGLang loads it
+    with transformers' AutoTokenizer like any Hub tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    cfg = json.loads((model / "config.json").read_text())
+    special = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2: the config's bos_token_id and eos_token_id
+    vocab = special + sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab += [f"<t{i}>" for i in range(cfg["vocab_size"] - len(vocab))]
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(vocab)}, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(special)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg))
+    tok.save(str(out / "tokenizer.json"))
+    template = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}assistant:{% endif %}")
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "model_max_length": 256, "chat_template": template}))
+    return out
+
+
+def post(port: int, path: str, body: dict) -> tuple[int | None, str]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
                                  {"content-type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
@@ -165,26 +214,18 @@ def generate(e: Engine, body: dict) -> tuple[int | None, str]:
         return None, repr(err)
 
 
-def plain_request(e: Engine) -> tuple[int | None, str]:
-    return generate(e, PROMPT)
-
-
-def pd_request(prefill: Engine, decode: Engine, boot_port: int) -> tuple[float, dict]:
+def pd_request(prefill: Engine, decode: Engine) -> dict:
     """What SGLang's mini-LB does: one body with one bootstrap room to both; the decode answers."""
-    body = {**PROMPT, "bootstrap_host": "127.0.0.1", "bootstrap_port": boot_port,
+    body = {**PROMPT, "bootstrap_host": "127.0.0.1", "bootstrap_port": BOOT,
             "bootstrap_room": random.randrange(1 << 62)}
     out: dict[str, tuple[int | None, str]] = {}
-
-    def post(e: Engine) -> None:
-        out[e.name] = generate(e, body)
-
-    t0 = time.time()
-    threads = [threading.Thread(target=post, args=(e,)) for e in (prefill, decode)]
+    threads = [threading.Thread(target=lambda e=e: out.__setitem__(e.name, post(e.port, "/generate", body)))
+               for e in (prefill, decode)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.time() - t0, out
+    return out
 
 
 def rss_mb(engines: list[Engine]) -> int:
@@ -200,82 +241,188 @@ def rss_mb(engines: list[Engine]) -> int:
     return sum(rss for pid, _, rss in rows if pid in tree) // 1024
 
 
-def run(mode: str, rendered: Path, model: Path, python: str, logdir: Path) -> None:
-    argvs = engine_argvs(rendered)
-    boot = 18998
-    prefill_argv = local_argv(argvs["prefill"], python, model, 31100, boot)
-    decode_argv = local_argv(argvs["decode"], python, model, 31200, boot + 1) + DECODE_CPU_SWITCHES
-    if mode == "seed":
-        # Admission bypassed: the rendered (valid) decode argv with the mistake the webhook refuses.
-        decode_argv = set_flag(decode_argv, "--dcp-size", "2")
+def sidecar_argv(decode_json: Path, *extra: str) -> list[str]:
+    """The rendered sidecar's argv on loopback: --prefill for the rendered --prefill-file (whose
+    address is the prefill's Service name) and no --pod (no Kubernetes to report the gate to)."""
+    return [os.environ["PD_OPERATOR_BIN"], "handshake", "run", "--decode", str(decode_json),
+            "--prefill", f"127.0.0.1:{BOOT}", *extra]
+
+
+def start_sidecar(decode: dict, logdir: Path) -> Engine:
+    f = logdir / "decode.json"
+    f.write_text(json.dumps(decode))
+    argv = sidecar_argv(f, "--listen", f"127.0.0.1:{PORTS['sidecar']}")
+    return Engine("sidecar", argv, PORTS["sidecar"], logdir, env={})
+
+
+def first_answer(e: Engine, path: str, timeout: float = 30) -> tuple[int | None, str]:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        status, body = e.get(path)
+        if status is not None:
+            return status, body
+        time.sleep(0.2)
+    raise RuntimeError(f"{e.name} never answered {path}:\n{e.tail()}")
+
+
+def wait_gate(sidecar: Engine) -> tuple[float, str]:
+    """Seconds until the sidecar's /readyz is 200 (the decode pod's readiness gate opens)."""
+    t0, last = time.time(), ""
+    while time.time() - t0 < GATE_TIMEOUT_S:
+        status, last = sidecar.get("/readyz")
+        if status == 200:
+            return time.time() - t0, last.strip()
+        time.sleep(0.5)
+    raise RuntimeError(f"the sidecar's gate stayed closed: {last}\n{sidecar.tail()}")
+
+
+def start_router(logdir: Path) -> Engine:
+    """smg in PD mode in front of both engines, as the rendered router runs it but with static URLs
+    for the discovery of Ready pods (the gate above is what makes the decode Ready)."""
+    argv = [os.environ["SMG_PYTHON"], "-m", "smg.launch_router", "--pd-disaggregation",
+            "--prefill", f"http://127.0.0.1:{PORTS['prefill']}", str(BOOT),
+            "--decode", f"http://127.0.0.1:{PORTS['decode']}",
+            "--host", "127.0.0.1", "--port", str(PORTS["smg"]), "--prometheus-port", str(PORTS["smg-metrics"])]
+    return Engine("smg", argv, PORTS["smg"], logdir, env={})
+
+
+def through_router(router: Engine, path: str, body: dict) -> tuple[float, int | None, str]:
+    """The first answer smg gives once it has activated both workers, and its latency."""
+    t0 = time.time()
+    while True:
+        t = time.time()
+        status, text = post(router.port, path, body)
+        if status == 200 or time.time() - t0 > 90:
+            return time.time() - t, status, text
+        time.sleep(1)
+
+
+def stop_all(procs: list[Engine]) -> None:
+    for e in procs:
+        e.stop()
+
+
+def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
+    model = with_tokenizer(model, logdir / "model")
+    prefill_argv = local_argv(argvs["prefill"], python, model, PORTS["prefill"], BOOT)
+    decode_argv = local_argv(argvs["decode"], python, model, PORTS["decode"], BOOT + 1) + DECODE_CPU_SWITCHES
     print("prefill:", " ".join(prefill_argv[1:]), "\ndecode: ", " ".join(decode_argv[1:]), flush=True)
-    prefill = Engine("prefill", prefill_argv, 31100, logdir)
-    decode = Engine("decode", decode_argv, 31200, logdir)
-    engines = [prefill, decode]
-    if mode == "serve":
+    sidecar = start_sidecar(decode, logdir)
+    procs = [sidecar]
+    try:
+        closed = first_answer(sidecar, "/readyz")
+        procs += [Engine("prefill", prefill_argv, PORTS["prefill"], logdir),
+                  Engine("decode", decode_argv, PORTS["decode"], logdir)]
         # The same weights (dummy weights are seeded) without PD: its tokens are what the decode
         # must produce, which it does only if the prompt's KV arrived from the prefill intact.
-        plain_argv = set_flag(prefill_argv, "--disaggregation-mode", "null")
-        engines.append(Engine("plain", set_flag(plain_argv, "--port", "31300"), 31300, logdir))
-    try:
-        try:
-            started = wait_healthy(engines)
-        except RuntimeError:
-            if mode == "seed" and CPU_DCP_WALL in decode.log.read_text(errors="replace"):
-                print(f"PASS seed (CPU wall): the decode with --dcp-size 2 exits at start-up with "
-                      f"SGLang's '{CPU_DCP_WALL} on the AMD HIP, CUDA, NPU, or Intel XPU platform': "
-                      f"'{SEED_ERROR}' (first request) is not reachable on a CPU host")
-                return
-            raise
-        mem = rss_mb(engines)
-        seconds, out = pd_request(prefill, decode, boot)
-        if mode == "serve":
-            out["plain"] = plain_request(engines[2])
-            time.sleep(MOONCAKE_METRIC_INTERVAL_S + 1)  # one report of Mooncake's metric thread
-        report = {"mode": mode, "startup_s": round(started, 1), "request_s": round(seconds, 2),
-                  "rss_mb": mem, "responses": out}
+        plain_argv = set_flag(set_flag(prefill_argv, "--disaggregation-mode", "null"), "--port", str(PORTS["plain"]))
+        procs.append(Engine("plain", plain_argv, PORTS["plain"], logdir))
+        started = wait_healthy(procs[1:])
+        gate_s, opened = wait_gate(sidecar)
+        verdict = json.loads(sidecar.get("/status")[1])["prefill"][0]["verdict"]
+        mem = rss_mb(procs[1:])
+        router = start_router(logdir)
+        procs.append(router)
+        tokens_s, status, text = through_router(router, "/generate", PROMPT)
+        out = {"router": (status, text), "plain": post(PORTS["plain"], "/generate", PROMPT)}
+        served = json.loads(procs[2].get("/v1/models")[1])["data"][0]["id"]  # the decode's model id
+        chat_s, *chat = through_router(router, "/v1/chat/completions", {**CHAT, "model": served})
+        out["chat"] = tuple(chat)
+        time.sleep(MOONCAKE_METRIC_INTERVAL_S + 1)  # one report of Mooncake's metric thread
+        report = {"startup_s": round(started, 1), "gate_closed_before": closed, "gate_open_after_s": round(gate_s, 1),
+                  "gate": opened, "rank_map": verdict.get("ranks"), "generate_s": round(tokens_s, 2),
+                  "chat_s": round(chat_s, 2), "rss_mb": mem, "responses": out}
         print(json.dumps(report, indent=1), flush=True)
-        for e in engines[:2]:
-            for line in e.log.read_text(errors="replace").splitlines():
-                if "transfer_engine_impl" in line and ("etric" in line or "hroughput" in line):
-                    print(f"  {e.name}| {line[:300]}")
-        check(mode, out, engines)
+        print_mooncake_metrics(procs[1:3])
+        check_serve(report, prefill_argv, procs)
     finally:
-        for e in engines:
-            e.stop()
+        stop_all(procs)
 
 
-def logdir_of(engines: list[Engine]) -> Path:
-    return engines[0].log.parent
+def print_mooncake_metrics(engines: list[Engine]) -> None:
+    for e in engines:
+        for line in e.log.read_text(errors="replace").splitlines():
+            if "transfer_engine_impl" in line and ("etric" in line or "hroughput" in line):
+                print(f"  {e.name}| {line[:300]}")
 
 
-def check(mode: str, out: dict, engines: list[Engine]) -> None:
-    logs = "\n".join(e.tail(60) for e in engines)
-    status, text = out.get("decode", (None, ""))
-    if mode == "serve":
-        if status != 200:
-            raise RuntimeError(f"decode did not answer the request: {status} {text[:500]}\n{logs}")
-        tokens = json.loads(text)["output_ids"]
-        plain_status, plain_text = out["plain"]
-        expected = json.loads(plain_text)["output_ids"] if plain_status == 200 else None
-        if tokens != expected:
-            raise RuntimeError(f"decode tokens {tokens} differ from the plain engine's {expected} "
-                               f"({plain_status}): the prompt's KV did not arrive intact\n{logs}")
-        if "TcpTransport" not in (logdir_of(engines) / "prefill.log").read_text(errors="replace"):
-            raise RuntimeError(f"the prefill's Mooncake transfer engine did not use TCP\n{logs}")
-        print(f"PASS serve: the decode's {len(tokens)} tokens equal the plain engine's: "
-              "the prompt's KV came from the prefill over Mooncake TCP")
-    else:
-        seen = SEED_ERROR in text or any(SEED_ERROR in e.log.read_text(errors="replace") for e in engines)
-        if status == 200 or not seen:
-            raise RuntimeError(f"expected SGLang's '{SEED_ERROR}', got {status} {text[:500]}\n{logs}")
-        print(f"PASS seed: the real decode raised '{SEED_ERROR}' at the first request")
+def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> None:
+    logs = "\n".join(e.tail(60) for e in procs)
+    if report["gate_closed_before"][0] != 503:
+        raise RuntimeError(f"the sidecar's gate was not closed before the prefill registered: {report['gate_closed_before']}\n{logs}")
+    prefill_tp = int(prefill_argv[prefill_argv.index("--tp-size") + 1])
+    named = {r for m in report["rank_map"] or [] for r in m["target_tp_ranks"]}
+    if not named or not named <= set(range(prefill_tp)):
+        raise RuntimeError(f"the sidecar's rank map {report['rank_map']} names no rank of the prefill's {prefill_tp}\n{logs}")
+    status, text = report["responses"]["router"]
+    if status != 200:
+        raise RuntimeError(f"smg did not answer the request by token ids: {status} {text[:500]}\n{logs}")
+    tokens = json.loads(text)["output_ids"]
+    plain_status, plain_text = report["responses"]["plain"]
+    expected = json.loads(plain_text)["output_ids"] if plain_status == 200 else None
+    if tokens != expected:
+        raise RuntimeError(f"decode tokens {tokens} differ from the plain engine's {expected} "
+                           f"({plain_status}): the prompt's KV did not arrive intact\n{logs}")
+    chat_status, chat_text = report["responses"]["chat"]
+    usage = json.loads(chat_text).get("usage", {}) if chat_status == 200 else {}
+    if chat_status != 200 or not usage.get("completion_tokens"):
+        raise RuntimeError(f"smg did not answer the chat request: {chat_status} {chat_text[:500]}\n{logs}")
+    if "TcpTransport" not in procs[1].log.read_text(errors="replace"):
+        raise RuntimeError(f"the prefill's Mooncake transfer engine did not use TCP\n{logs}")
+    print(f"PASS serve: the sidecar's gate opened on the real prefill (rank map {report['rank_map']}); "
+          f"through smg the decode's {len(tokens)} tokens equal the plain engine's (the prompt's KV came from "
+          f"prefill rank(s) {sorted(named)} over Mooncake TCP) and a chat request got {usage['completion_tokens']} tokens")
+
+
+def seed(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
+    model = with_tokenizer(model, logdir / "model")
+    prefill_argv = local_argv(argvs["prefill"], python, model, PORTS["prefill"], BOOT)
+    decode_argv = local_argv(argvs["decode"], python, model, PORTS["decode"], BOOT + 1) + DECODE_CPU_SWITCHES
+    # Admission bypassed: the rendered (valid) decode with the mistake the webhook refuses, and the
+    # sidecar told the same.
+    decode_argv = set_flag(decode_argv, "--dcp-size", "2")
+    decode = {**decode, "dcp_size": 2}
+    print("prefill:", " ".join(prefill_argv[1:]), "\ndecode: ", " ".join(decode_argv[1:]), flush=True)
+    prefill = Engine("prefill", prefill_argv, PORTS["prefill"], logdir)
+    dec = Engine("decode", decode_argv, PORTS["decode"], logdir)
+    try:
+        wait_healthy([prefill])
+        sidecar = sidecar_verdict(decode, logdir)
+        try:
+            wait_healthy([dec])
+        except RuntimeError:
+            if CPU_DCP_WALL not in dec.log.read_text(errors="replace"):
+                raise
+            print(f"PASS seed (CPU wall): the decode with --dcp-size 2 exits at start-up with SGLang's "
+                  f"'{CPU_DCP_WALL} on the AMD HIP, CUDA, NPU, or Intel XPU platform': '{SEED_ERROR}' "
+                  f"(first request) is not reachable on a CPU host; the sidecar refused it against the real "
+                  f"prefill with '{sidecar}'")
+            return
+        out = pd_request(prefill, dec)
+        status, text = out["decode"]
+        if status == 200 or not (SEED_ERROR in text or SEED_ERROR in dec.log.read_text(errors="replace")):
+            raise RuntimeError(f"expected SGLang's '{SEED_ERROR}', got {status} {text[:500]}\n{dec.tail(60)}")
+        print(f"PASS seed: the real decode raised '{SEED_ERROR}' at the first request, as the sidecar said")
+    finally:
+        stop_all([prefill, dec])
+
+
+def sidecar_verdict(decode: dict, logdir: Path) -> str:
+    """`handshake run --once` on the seed's decode against the real prefill: refused, SGLang's text."""
+    f = logdir / "decode-dcp2.json"
+    f.write_text(json.dumps(decode))
+    o = subprocess.run(sidecar_argv(f, "--once", "--timeout", "60s"), capture_output=True, text=True)
+    (logdir / "sidecar-once.json").write_text(o.stdout + o.stderr)
+    if o.returncode == 0 or SEED_ERROR not in o.stdout:
+        raise RuntimeError(f"the sidecar did not refuse the seed with '{SEED_ERROR}' ({o.returncode}): {o.stdout[:800]} {o.stderr[-800:]}")
+    return SEED_ERROR
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 6 or sys.argv[1] not in ("serve", "seed"):
         sys.exit("usage: run.py serve|seed RENDERED.yaml MODEL_DIR PYTHON LOGDIR")
+    mode, rendered, model, python, logdir = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], Path(sys.argv[5])
     try:
-        run(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], Path(sys.argv[5]))
+        (serve if mode == "serve" else seed)(engine_argvs(rendered), handshake_decode(rendered), model, python, logdir)
     except RuntimeError as err:
-        sys.exit(f"FAIL {sys.argv[1]}: {err}")
+        sys.exit(f"FAIL {mode}: {err}")
