@@ -5,6 +5,8 @@
 #   1. serve: tests/engine/specs/tiny-gqa.yaml; the handshake sidecar as rendered gates the decode
 #      against the real prefill and publishes the rank map; smg in front answers a request by token
 #      ids (the plain engine's tokens: the KV arrived) and a chat request (a tokenizer of ours).
+#      serve-prefill-tp2: the same with tests/engine/specs/tiny-gqa-prefill-tp2.yaml, whose rank map
+#      names two prefill ranks (each sends the decode one of the two KV heads).
 #   2. seed:  tests/engine/specs/tiny-gqa-dcp2.yaml is refused by `pd-operator validate`; its valid
 #      twin (decode tp 2) rendered and started with --dcp-size 2 (admission bypassed): the real decode
 #      raises "PD decode DCP requires an MLA or hybrid-MLA KV pool." at the first request where SGLang
@@ -24,7 +26,7 @@ fi
 export PD_OPERATOR_BIN SMG_PYTHON
 model="$PWD/tests/engine/models/tiny-llama"
 logs=${PD_ENGINE_LOGS:-$(mktemp -d /tmp/pd-engine.XXXXXX)}
-mkdir -p "$logs/serve" "$logs/seed"
+mkdir -p "$logs/serve" "$logs/serve-prefill-tp2" "$logs/seed"
 passed=0 failed=0
 step() { # name, command...
   local name=$1; shift
@@ -36,8 +38,10 @@ render() { "$PD_OPERATOR_BIN" render -f "$1" --model-config "$model/config.json"
 refused() { ! "$PD_OPERATOR_BIN" validate -f tests/engine/specs/tiny-gqa-dcp2.yaml --model-config "$model/config.json"; }
 
 render tests/engine/specs/tiny-gqa.yaml "$logs/serve/rendered.yaml"
+render tests/engine/specs/tiny-gqa-prefill-tp2.yaml "$logs/serve-prefill-tp2/rendered.yaml" 2>/dev/null
 render tests/engine/specs/tiny-gqa-decode-tp2.yaml "$logs/seed/rendered.yaml" 2>/dev/null
 step serve "$python" tests/engine/run.py serve "$logs/serve/rendered.yaml" "$model" "$python" "$logs/serve"
+step serve-prefill-tp2 "$python" tests/engine/run.py serve "$logs/serve-prefill-tp2/rendered.yaml" "$model" "$python" "$logs/serve-prefill-tp2"
 step seed-refused-by-validate refused
 step seed-started-directly "$python" tests/engine/run.py seed "$logs/seed/rendered.yaml" "$model" "$python" "$logs/seed"
 echo "$passed passed, $failed failed"

@@ -44,11 +44,10 @@ REQUEST_TIMEOUT_S = float(os.environ.get("PD_ENGINE_REQUEST_TIMEOUT", "300"))
 CPU_SWITCHES = [
     "--device", "cpu",                      # no GPU here; SGLANG_USE_CPU_ENGINE=1 picks the CPU platform
     "--attention-backend", "torch_native",  # the CUDA attention backends do not run on a CPU
-    "--load-format", "dummy",               # random weights: the tiny model ships only a config.json
     "--context-length", "256",
     "--max-total-tokens", "2048",           # a tiny KV pool instead of a fraction of host memory
     "--mem-fraction-static", "0.05",
-    "--dtype", "bfloat16",
+    "--dtype", "float32",                   # TP layouts then agree to rounding (the token check below)
 ]
 # The decode's inferred retraction backup (host_pool) registers its host buffer with
 # cudaHostRegister (sglang/srt/mem_cache/pool_host/common.py:147), which needs an NVIDIA driver.
@@ -176,14 +175,29 @@ BOOT = 18998
 GATE_TIMEOUT_S = 120  # the sidecar's retry delays top out well below this
 
 
-def with_tokenizer(model: Path, out: Path) -> Path:
-    """The tiny model's directory plus a tokenizer of ours, so chat works offline: byte-level BPE
-    without merges (one token per byte, GPT-2's alphabet after the ids the config gives <s> and
-    </s>), padded with plain tokens to the config's vocab_size, and a chat template. SGLang loads it
-    with transformers' AutoTokenizer like any Hub tokenizer."""
+def local_model(model: Path, out: Path) -> Path:
+    """The tiny model as a checkpoint on disk: its config.json, random weights of our own (seeded,
+    written by transformers as one safetensors file, so every TP layout loads the same weights,
+    which SGLang's per-shard dummy weights are not) and a tokenizer of ours."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(str(model))
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(str(out))
+    (out / "config.json").write_text((model / "config.json").read_text())
+    with_tokenizer(json.loads((model / "config.json").read_text()), out)
+    return out
+
+
+def with_tokenizer(cfg: dict, out: Path) -> None:
+    """A tokenizer of ours, so chat works offline: byte-level BPE without merges (one token per
+    byte, GPT-2's alphabet after the ids the config gives <s> and </s>), padded with plain tokens
+    to the config's vocab_size, and a chat template. SGLang loads it with transformers'
+    AutoTokenizer like any Hub tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    cfg = json.loads((model / "config.json").read_text())
     special = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2: the config's bos_token_id and eos_token_id
     vocab = special + sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab += [f"<t{i}>" for i in range(cfg["vocab_size"] - len(vocab))]
@@ -191,15 +205,12 @@ def with_tokenizer(model: Path, out: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(special)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg))
     tok.save(str(out / "tokenizer.json"))
     template = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                 "{% if add_generation_prompt %}assistant:{% endif %}")
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
         "unk_token": "<unk>", "model_max_length": 256, "chat_template": template}))
-    return out
 
 
 def post(port: int, path: str, body: dict) -> tuple[int | None, str]:
@@ -303,7 +314,7 @@ def stop_all(procs: list[Engine]) -> None:
 
 
 def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
-    model = with_tokenizer(model, logdir / "model")
+    model = local_model(model, logdir / "model")
     prefill_argv = local_argv(argvs["prefill"], python, model, PORTS["prefill"], BOOT)
     decode_argv = local_argv(argvs["decode"], python, model, PORTS["decode"], BOOT + 1) + DECODE_CPU_SWITCHES
     print("prefill:", " ".join(prefill_argv[1:]), "\ndecode: ", " ".join(decode_argv[1:]), flush=True)
@@ -313,9 +324,10 @@ def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> 
         closed = first_answer(sidecar, "/readyz")
         procs += [Engine("prefill", prefill_argv, PORTS["prefill"], logdir),
                   Engine("decode", decode_argv, PORTS["decode"], logdir)]
-        # The same weights (dummy weights are seeded) without PD: its tokens are what the decode
+        # The same weights without PD, laid out as the decode's: its tokens are what the decode
         # must produce, which it does only if the prompt's KV arrived from the prefill intact.
-        plain_argv = set_flag(set_flag(prefill_argv, "--disaggregation-mode", "null"), "--port", str(PORTS["plain"]))
+        plain_argv = local_argv(argvs["decode"], python, model, PORTS["plain"], BOOT + 2)
+        plain_argv = set_flag(plain_argv, "--disaggregation-mode", "null")
         procs.append(Engine("plain", plain_argv, PORTS["plain"], logdir))
         started = wait_healthy(procs[1:])
         gate_s, opened = wait_gate(sidecar)
@@ -351,9 +363,10 @@ def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> N
     if report["gate_closed_before"][0] != 503:
         raise RuntimeError(f"the sidecar's gate was not closed before the prefill registered: {report['gate_closed_before']}\n{logs}")
     prefill_tp = int(prefill_argv[prefill_argv.index("--tp-size") + 1])
+    # Between them the decode's ranks need every prefill rank (each holds some of the KV heads).
     named = {r for m in report["rank_map"] or [] for r in m["target_tp_ranks"]}
-    if not named or not named <= set(range(prefill_tp)):
-        raise RuntimeError(f"the sidecar's rank map {report['rank_map']} names no rank of the prefill's {prefill_tp}\n{logs}")
+    if named != set(range(prefill_tp)):
+        raise RuntimeError(f"the sidecar's rank map {report['rank_map']} does not name the prefill's {prefill_tp} rank(s)\n{logs}")
     status, text = report["responses"]["router"]
     if status != 200:
         raise RuntimeError(f"smg did not answer the request by token ids: {status} {text[:500]}\n{logs}")
@@ -375,7 +388,7 @@ def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> N
 
 
 def seed(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
-    model = with_tokenizer(model, logdir / "model")
+    model = local_model(model, logdir / "model")
     prefill_argv = local_argv(argvs["prefill"], python, model, PORTS["prefill"], BOOT)
     decode_argv = local_argv(argvs["decode"], python, model, PORTS["decode"], BOOT + 1) + DECODE_CPU_SWITCHES
     # Admission bypassed: the rendered (valid) decode with the mistake the webhook refuses, and the
