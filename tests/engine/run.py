@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +59,12 @@ CPU_ENV = {
     "SGLANG_HOST_IP": "127.0.0.1", # what the pod gets from status.podIP
     "PYTHONPATH": str(SHIM),       # tests/engine/shim: sgl_kernel and CUDA-event stand-ins
     "MC_TE_METRIC": "1",           # Mooncake's transfer engine logs its throughput
+    # No NCCL for tp > 1: the CUDA torch wheel brings libnccl, so SGLang's PyNccl binds its TP
+    # group to a CUDA device ("ValueError: Expected a cuda device, but got: cpu",
+    # sglang/srt/distributed/device_communicators/pynccl.py:116). SGLang's own knob for the
+    # library's path, pointed at none, gives what a CPU-only torch has: PyNccl disabled ("missing
+    # NCCL library, e.g. in a non-GPU environment", pynccl.py:72-77), the TP group on gloo.
+    "SGLANG_NCCL_SO_PATH": "libnccl-not-on-this-cpu-host.so",
 }
 
 
@@ -358,6 +365,18 @@ def print_mooncake_metrics(engines: list[Engine]) -> None:
                 print(f"  {e.name}| {line[:300]}")
 
 
+# Mooncake's metric line, one per transfer engine (one per rank) every 5 s, in glog's format:
+# "I1206 03:23:59.072732 32195 transfer_engine_impl.cpp:1128] [Metrics] ... Throughput: 0.01 MB/s".
+MOONCAKE_METRIC = re.compile(r"^I\d{4} \S+ +(\d+) transfer_engine_impl\.cpp:\d+\] \[Metrics\].*Throughput: ([\d.]+) MB/s")
+
+
+def mooncake_senders(log: str) -> set[str]:
+    """The prefill's transfer engines (by glog thread id) whose metric reported bytes moved. Each
+    rank's share of the tiny prompt's KV (a 64-token page: 2 layers x K and V x its KV heads x 32 x
+    4 bytes, 32 KiB per rank at tp 2) shows as 0.01 MB/s in the 5 s window holding the transfer."""
+    return {m[1] for m in map(MOONCAKE_METRIC.match, log.splitlines()) if m and float(m[2]) > 0}
+
+
 def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> None:
     logs = "\n".join(e.tail(60) for e in procs)
     if report["gate_closed_before"][0] != 503:
@@ -380,8 +399,13 @@ def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> N
     usage = json.loads(chat_text).get("usage", {}) if chat_status == 200 else {}
     if chat_status != 200 or not usage.get("completion_tokens"):
         raise RuntimeError(f"smg did not answer the chat request: {chat_status} {chat_text[:500]}\n{logs}")
-    if "TcpTransport" not in procs[1].log.read_text(errors="replace"):
+    prefill_log = procs[1].log.read_text(errors="replace")
+    if "TcpTransport" not in prefill_log:
         raise RuntimeError(f"the prefill's Mooncake transfer engine did not use TCP\n{logs}")
+    senders = mooncake_senders(prefill_log)
+    if len(senders) != prefill_tp:
+        raise RuntimeError(f"{len(senders)} of the prefill's {prefill_tp} rank(s) moved bytes by Mooncake's own "
+                           f"metric; the rank map names {sorted(named)}\n{logs}")
     print(f"PASS serve: the sidecar's gate opened on the real prefill (rank map {report['rank_map']}); "
           f"through smg the decode's {len(tokens)} tokens equal the plain engine's (the prompt's KV came from "
           f"prefill rank(s) {sorted(named)} over Mooncake TCP) and a chat request got {usage['completion_tokens']} tokens")
