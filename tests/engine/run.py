@@ -177,6 +177,8 @@ PROMPT = {
 }
 CHAT = {"messages": [{"role": "user", "content": "Which prefill rank sent my KV?"}],
         "max_tokens": 8, "temperature": 0}
+# The control: PROMPT's ids reversed (same length), sent to the prefill while the decode gets PROMPT.
+OTHER = {**PROMPT, "input_ids": PROMPT["input_ids"][::-1]}
 PORTS = {"prefill": 31100, "decode": 31200, "plain": 31300, "sidecar": 31400, "smg": 31500, "smg-metrics": 31501}
 BOOT = 18998
 GATE_TIMEOUT_S = 120  # the sidecar's retry delays top out well below this
@@ -232,12 +234,13 @@ def post(port: int, path: str, body: dict) -> tuple[int | None, str]:
         return None, repr(err)
 
 
-def pd_request(prefill: Engine, decode: Engine) -> dict:
-    """What SGLang's mini-LB does: one body with one bootstrap room to both; the decode answers."""
-    body = {**PROMPT, "bootstrap_host": "127.0.0.1", "bootstrap_port": BOOT,
-            "bootstrap_room": random.randrange(1 << 62)}
+def pd_request(prefill: Engine, decode: Engine, prefill_prompt: dict = PROMPT, decode_prompt: dict = PROMPT) -> dict:
+    """What SGLang's mini-LB does: one body with one bootstrap room to both; the decode answers.
+    Different prompts to the two (same length) pair the decode's request with another prompt's KV."""
+    boot = {"bootstrap_host": "127.0.0.1", "bootstrap_port": BOOT, "bootstrap_room": random.randrange(1 << 62)}
+    bodies = {prefill.name: {**prefill_prompt, **boot}, decode.name: {**decode_prompt, **boot}}
     out: dict[str, tuple[int | None, str]] = {}
-    threads = [threading.Thread(target=lambda e=e: out.__setitem__(e.name, post(e.port, "/generate", body)))
+    threads = [threading.Thread(target=lambda e=e: out.__setitem__(e.name, post(e.port, "/generate", bodies[e.name])))
                for e in (prefill, decode)]
     for t in threads:
         t.start()
@@ -347,6 +350,8 @@ def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> 
         served = json.loads(procs[2].get("/v1/models")[1])["data"][0]["id"]  # the decode's model id
         chat_s, *chat = through_router(router, "/v1/chat/completions", {**CHAT, "model": served})
         out["chat"] = tuple(chat)
+        out["plain_other"] = post(PORTS["plain"], "/generate", OTHER)
+        out["swapped"] = pd_request(procs[1], procs[2], OTHER, PROMPT)["decode"]
         time.sleep(MOONCAKE_METRIC_INTERVAL_S + 1)  # one report of Mooncake's metric thread
         report = {"startup_s": round(started, 1), "gate_closed_before": closed, "gate_open_after_s": round(gate_s, 1),
                   "gate": opened, "rank_map": verdict.get("ranks"), "generate_s": round(tokens_s, 2),
@@ -395,6 +400,7 @@ def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> N
     if tokens != expected:
         raise RuntimeError(f"decode tokens {tokens} differ from the plain engine's {expected} "
                            f"({plain_status}): the prompt's KV did not arrive intact\n{logs}")
+    check_swapped(report["responses"], tokens, logs)
     chat_status, chat_text = report["responses"]["chat"]
     usage = json.loads(chat_text).get("usage", {}) if chat_status == 200 else {}
     if chat_status != 200 or not usage.get("completion_tokens"):
@@ -408,7 +414,18 @@ def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> N
                            f"metric; the rank map names {sorted(named)}\n{logs}")
     print(f"PASS serve: the sidecar's gate opened on the real prefill (rank map {report['rank_map']}); "
           f"through smg the decode's {len(tokens)} tokens equal the plain engine's (the prompt's KV came from "
-          f"prefill rank(s) {sorted(named)} over Mooncake TCP) and a chat request got {usage['completion_tokens']} tokens")
+          f"prefill rank(s) {sorted(named)} over Mooncake TCP; given another prompt's KV it continues that prompt) "
+          f"and a chat request got {usage['completion_tokens']} tokens")
+
+
+def check_swapped(out: dict, tokens: list[int], logs: str) -> None:
+    """The control of the token check: the decode given PROMPT with the KV the prefill computed for
+    OTHER continues OTHER (the plain engine's tokens for OTHER), not PROMPT, so its tokens come
+    from the KV that moved and the equality above can fail."""
+    other = [json.loads(t)["output_ids"] if s == 200 else (s, t[:300]) for s, t in (out["plain_other"], out["swapped"])]
+    if other[0] == tokens or other[1] != other[0]:
+        raise RuntimeError(f"control: with OTHER's KV the decode gave {other[1]}; the plain engine gives "
+                           f"{other[0]} for OTHER and {tokens} for PROMPT\n{logs}")
 
 
 def seed(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
