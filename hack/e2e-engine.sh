@@ -12,7 +12,7 @@
 #      raises "PD decode DCP requires an MLA or hybrid-MLA KV pool." at the first request where SGLang
 #      allows DCP; on a CPU host SGLang 0.5.23 refuses DCP at start-up first, and the step checks that.
 #      The sidecar, given the same decode, refuses it with that text against the real prefill.
-# Not in `make test` or CI (minutes of CPU per engine start). Env: PD_OPERATOR_BIN skips the cargo
+# In CI after `make chaos` (.ci/run), not in `make test` (minutes of CPU per engine start). Env: PD_OPERATOR_BIN skips the cargo
 # build; PD_ENGINE_LOGS keeps the engines' logs there (default: a temp dir, removed on success).
 # Prints "N passed, N failed".
 set -euo pipefail

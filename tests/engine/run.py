@@ -109,11 +109,15 @@ def local_argv(argv: list[str], python: str, model: Path, port: int, boot: int) 
     return set_flag(argv, "--disaggregation-bootstrap-port", str(boot)) + CPU_SWITCHES
 
 
+def tp_size(argv: list[str]) -> int:
+    return int(argv[argv.index("--tp-size") + 1])
+
+
 def omp_threads_bind(argv: list[str]) -> dict[str, str]:
     """More ranks than NUMA nodes need each rank's cores named (sglang/srt/utils/numa_utils.py:463:
     "SGLANG_CPU_OMP_THREADS_BIND is not set, in this case, the total number of ranks ... should be
     smaller than or equal to number of numa node"): the host's cores dealt round-robin to the ranks."""
-    tp = int(argv[argv.index("--tp-size") + 1])
+    tp = tp_size(argv)
     if tp == 1:
         return {}
     cores = os.cpu_count() or 1
@@ -144,6 +148,17 @@ class Engine:
 
     def healthy(self) -> bool:
         return self.get("/health")[0] == 200
+
+    def poll(self, path: str, accept, timeout: float, waiting_for: str) -> tuple[float, int | None, str]:
+        """GET `path` until `accept(status)`: the seconds it took and the answer, or RuntimeError
+        naming what was waited for and the last answer."""
+        t0, last = time.time(), (None, "")
+        while time.time() - t0 < timeout:
+            last = self.get(path)
+            if accept(last[0]):
+                return time.time() - t0, *last
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name}: {waiting_for} not seen in {timeout:.0f}s (last: {last})\n{self.tail()}")
 
     def tail(self, n: int = 25) -> str:
         lines = [l for l in self.log.read_text(errors="replace").splitlines()
@@ -195,8 +210,9 @@ def local_model(model: Path, out: Path) -> Path:
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(str(model))
     AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(str(out))
-    (out / "config.json").write_text((model / "config.json").read_text())
-    with_tokenizer(json.loads((model / "config.json").read_text()), out)
+    text = (model / "config.json").read_text()
+    (out / "config.json").write_text(text)
+    with_tokenizer(json.loads(text), out)
     return out
 
 
@@ -276,27 +292,6 @@ def start_sidecar(decode: dict, logdir: Path) -> Engine:
     return Engine("sidecar", argv, PORTS["sidecar"], logdir, env={})
 
 
-def first_answer(e: Engine, path: str, timeout: float = 30) -> tuple[int | None, str]:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        status, body = e.get(path)
-        if status is not None:
-            return status, body
-        time.sleep(0.2)
-    raise RuntimeError(f"{e.name} never answered {path}:\n{e.tail()}")
-
-
-def wait_gate(sidecar: Engine) -> tuple[float, str]:
-    """Seconds until the sidecar's /readyz is 200 (the decode pod's readiness gate opens)."""
-    t0, last = time.time(), ""
-    while time.time() - t0 < GATE_TIMEOUT_S:
-        status, last = sidecar.get("/readyz")
-        if status == 200:
-            return time.time() - t0, last.strip()
-        time.sleep(0.5)
-    raise RuntimeError(f"the sidecar's gate stayed closed: {last}\n{sidecar.tail()}")
-
-
 def start_router(logdir: Path) -> Engine:
     """smg in PD mode in front of both engines, as the rendered router runs it but with static URLs
     for the discovery of Ready pods (the gate above is what makes the decode Ready)."""
@@ -323,15 +318,24 @@ def stop_all(procs: list[Engine]) -> None:
         e.stop()
 
 
-def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
-    model = local_model(model, logdir / "model")
+def role_argvs(argvs: dict, model: Path, python: str, dcp: str | None = None) -> tuple[list[str], list[str]]:
+    """The prefill's and the decode's rendered argv on this host (the decode's --dcp-size set to
+    `dcp` where admission is bypassed), printed."""
     prefill_argv = local_argv(argvs["prefill"], python, model, PORTS["prefill"], BOOT)
     decode_argv = local_argv(argvs["decode"], python, model, PORTS["decode"], BOOT + 1) + DECODE_CPU_SWITCHES
+    if dcp is not None:
+        decode_argv = set_flag(decode_argv, "--dcp-size", dcp)
     print("prefill:", " ".join(prefill_argv[1:]), "\ndecode: ", " ".join(decode_argv[1:]), flush=True)
+    return prefill_argv, decode_argv
+
+
+def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
+    model = local_model(model, logdir / "model")
+    prefill_argv, decode_argv = role_argvs(argvs, model, python)
     sidecar = start_sidecar(decode, logdir)
     procs = [sidecar]
     try:
-        closed = first_answer(sidecar, "/readyz")
+        closed = sidecar.poll("/readyz", lambda st: st is not None, 30, "a first answer on /readyz")[1:]
         procs += [Engine("prefill", prefill_argv, PORTS["prefill"], logdir),
                   Engine("decode", decode_argv, PORTS["decode"], logdir)]
         # The same weights without PD, laid out as the decode's: its tokens are what the decode
@@ -340,7 +344,8 @@ def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> 
         plain_argv = set_flag(plain_argv, "--disaggregation-mode", "null")
         procs.append(Engine("plain", plain_argv, PORTS["plain"], logdir))
         started = wait_healthy(procs[1:])
-        gate_s, opened = wait_gate(sidecar)
+        # The decode pod's readiness gate opens: /readyz 200.
+        gate_s, _, opened = sidecar.poll("/readyz", lambda st: st == 200, GATE_TIMEOUT_S, "/readyz 200")
         verdict = json.loads(sidecar.get("/status")[1])["prefill"][0]["verdict"]
         mem = rss_mb(procs[1:])
         router = start_router(logdir)
@@ -354,7 +359,7 @@ def serve(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> 
         out["swapped"] = pd_request(procs[1], procs[2], OTHER, PROMPT)["decode"]
         time.sleep(MOONCAKE_METRIC_INTERVAL_S + 1)  # one report of Mooncake's metric thread
         report = {"startup_s": round(started, 1), "gate_closed_before": closed, "gate_open_after_s": round(gate_s, 1),
-                  "gate": opened, "rank_map": verdict.get("ranks"), "generate_s": round(tokens_s, 2),
+                  "gate": opened.strip(), "rank_map": verdict.get("ranks"), "generate_s": round(tokens_s, 2),
                   "chat_s": round(chat_s, 2), "rss_mb": mem, "responses": out}
         print(json.dumps(report, indent=1), flush=True)
         print_mooncake_metrics(procs[1:3])
@@ -386,7 +391,7 @@ def check_serve(report: dict, prefill_argv: list[str], procs: list[Engine]) -> N
     logs = "\n".join(e.tail(60) for e in procs)
     if report["gate_closed_before"][0] != 503:
         raise RuntimeError(f"the sidecar's gate was not closed before the prefill registered: {report['gate_closed_before']}\n{logs}")
-    prefill_tp = int(prefill_argv[prefill_argv.index("--tp-size") + 1])
+    prefill_tp = tp_size(prefill_argv)
     # Between them the decode's ranks need every prefill rank (each holds some of the KV heads).
     named = {r for m in report["rank_map"] or [] for r in m["target_tp_ranks"]}
     if named != set(range(prefill_tp)):
@@ -430,18 +435,15 @@ def check_swapped(out: dict, tokens: list[int], logs: str) -> None:
 
 def seed(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> None:
     model = local_model(model, logdir / "model")
-    prefill_argv = local_argv(argvs["prefill"], python, model, PORTS["prefill"], BOOT)
-    decode_argv = local_argv(argvs["decode"], python, model, PORTS["decode"], BOOT + 1) + DECODE_CPU_SWITCHES
     # Admission bypassed: the rendered (valid) decode with the mistake the webhook refuses, and the
     # sidecar told the same.
-    decode_argv = set_flag(decode_argv, "--dcp-size", "2")
+    prefill_argv, decode_argv = role_argvs(argvs, model, python, dcp="2")
     decode = {**decode, "dcp_size": 2}
-    print("prefill:", " ".join(prefill_argv[1:]), "\ndecode: ", " ".join(decode_argv[1:]), flush=True)
     prefill = Engine("prefill", prefill_argv, PORTS["prefill"], logdir)
     dec = Engine("decode", decode_argv, PORTS["decode"], logdir)
     try:
         wait_healthy([prefill])
-        sidecar = sidecar_verdict(decode, logdir)
+        sidecar_refuses(decode, logdir)
         try:
             wait_healthy([dec])
         except RuntimeError:
@@ -450,7 +452,7 @@ def seed(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> N
             print(f"PASS seed (CPU wall): the decode with --dcp-size 2 exits at start-up with SGLang's "
                   f"'{CPU_DCP_WALL} on the AMD HIP, CUDA, NPU, or Intel XPU platform': '{SEED_ERROR}' "
                   f"(first request) is not reachable on a CPU host; the sidecar refused it against the real "
-                  f"prefill with '{sidecar}'")
+                  f"prefill with '{SEED_ERROR}'")
             return
         out = pd_request(prefill, dec)
         status, text = out["decode"]
@@ -461,7 +463,7 @@ def seed(argvs: dict, decode: dict, model: Path, python: str, logdir: Path) -> N
         stop_all([prefill, dec])
 
 
-def sidecar_verdict(decode: dict, logdir: Path) -> str:
+def sidecar_refuses(decode: dict, logdir: Path) -> None:
     """`handshake run --once` on the seed's decode against the real prefill: refused, SGLang's text."""
     f = logdir / "decode-dcp2.json"
     f.write_text(json.dumps(decode))
@@ -469,7 +471,6 @@ def sidecar_verdict(decode: dict, logdir: Path) -> str:
     (logdir / "sidecar-once.json").write_text(o.stdout + o.stderr)
     if o.returncode == 0 or SEED_ERROR not in o.stdout:
         raise RuntimeError(f"the sidecar did not refuse the seed with '{SEED_ERROR}' ({o.returncode}): {o.stdout[:800]} {o.stderr[-800:]}")
-    return SEED_ERROR
 
 
 if __name__ == "__main__":
