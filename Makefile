@@ -27,7 +27,7 @@ gateway-image:   ## the PD router image (SGLang's smg gateway on Debian's python
 e2e-kind:        ## kind cluster from an offline-built node image; chart, webhook and handshake on real pods
 	hack/kind-e2e.sh
 
-e2e-engine:      ## real SGLang 0.5.23 prefill+decode on CPU from rendered argv, KV over Mooncake TCP; the seed's error (not in CI)
+e2e-engine:      ## real SGLang 0.5.23 prefill+decode on CPU from rendered argv, KV over Mooncake TCP; the seed refused (CI runs it)
 	hack/e2e-engine.sh
 
 bench-serving:   ## gateway -> sim prefill -> KV transfer -> sim decode on loopback: TTFT/ITL/req/s, KV GB/s

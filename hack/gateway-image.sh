@@ -23,24 +23,7 @@ if have "$SMG_IMAGE" && [ "${PD_REBUILD:-0}" != 1 ]; then
   echo "$SMG_IMAGE"; exit 0
 fi
 start=$(date +%s)
-if ! have "$BUILDER" || ! have "$RUNTIME"; then
-  dir=$(debian_rootfs "$WORK/rootfs-$SUITE-python" "$SUITE" python3,python3-venv,ca-certificates)
-  env=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' --change 'ENV LANG=C.UTF-8')
-  if ! have "$RUNTIME"; then
-    log "runtime base $RUNTIME (Debian $SUITE python3, user 65532)"
-    grep -q '^nonroot:' "$dir/etc/passwd" || echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >>"$dir/etc/passwd"
-    grep -q '^nonroot:' "$dir/etc/group" || echo 'nonroot:x:65532:' >>"$dir/etc/group"
-    mkdir -p "$dir/home/nonroot"; chown 65532:65532 "$dir/home/nonroot"
-    tar -C "$dir" --exclude=./.complete --exclude=./var/cache/apt/archives -c . | docker import "${env[@]}" - "$RUNTIME" >/dev/null
-  fi
-  if ! have "$BUILDER"; then
-    log "builder base $BUILDER (the runtime base plus this host's CA bundle, which reaches PyPI)"
-    stage="$WORK/python-builder-stage"; rm -rf "$stage"; mkdir -p "$stage/etc/ssl/certs"
-    cp /etc/ssl/certs/ca-certificates.crt "$stage/etc/ssl/certs/"
-    printf 'FROM %s\nCOPY etc /etc\n' "$RUNTIME" >"$stage/Dockerfile"
-    DOCKER_BUILDKIT=0 docker build -q -t "$BUILDER" "$stage" >/dev/null
-  fi
-fi
+python_bases "$WORK" "$SUITE" "$BUILDER" "$RUNTIME"
 log "docker build $SMG_IMAGE (smg $SMG_VERSION from PyPI; BUILDER_IMAGE=$BUILDER RUNTIME_IMAGE=$RUNTIME)"
 DOCKER_BUILDKIT=0 docker build --network host -q -f hack/image/gateway.Dockerfile --build-arg "BUILDER_IMAGE=$BUILDER" \
   --build-arg "RUNTIME_IMAGE=$RUNTIME" --build-arg "SMG_VERSION=$SMG_VERSION" -t "$SMG_IMAGE" hack/image >&2

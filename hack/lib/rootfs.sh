@@ -14,3 +14,28 @@ debian_rootfs() {
   fi
   echo "$dir"
 }
+
+# python_bases WORK SUITE BUILDER RUNTIME: the Python image bases of hack/gateway-image.sh and
+# hack/sglang-cpu-image.sh, built once: RUNTIME is Debian SUITE's python3 with a nonroot user
+# 65532; BUILDER adds this host's CA bundle (which reaches PyPI). Callers define log() and have().
+python_bases() {
+  local work=$1 suite=$2 builder=$3 runtime=$4 dir stage
+  have "$builder" && have "$runtime" && return 0
+  dir=$(debian_rootfs "$work/rootfs-$suite-python" "$suite" python3,python3-venv,ca-certificates)
+  if ! have "$runtime"; then
+    log "runtime base $runtime (Debian $suite python3, user 65532)"
+    grep -q '^nonroot:' "$dir/etc/passwd" || echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >>"$dir/etc/passwd"
+    grep -q '^nonroot:' "$dir/etc/group" || echo 'nonroot:x:65532:' >>"$dir/etc/group"
+    mkdir -p "$dir/home/nonroot"; chown 65532:65532 "$dir/home/nonroot"
+    tar -C "$dir" --exclude=./.complete --exclude=./var/cache/apt/archives -c . \
+      | docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+          --change 'ENV LANG=C.UTF-8' - "$runtime" >/dev/null
+  fi
+  if ! have "$builder"; then
+    log "builder base $builder (the runtime base plus this host's CA bundle, which reaches PyPI)"
+    stage="$work/python-builder-stage"; rm -rf "$stage"; mkdir -p "$stage/etc/ssl/certs"
+    cp /etc/ssl/certs/ca-certificates.crt "$stage/etc/ssl/certs/"
+    printf 'FROM %s\nCOPY etc /etc\n' "$runtime" >"$stage/Dockerfile"
+    DOCKER_BUILDKIT=0 docker build -q -t "$builder" "$stage" >/dev/null
+  fi
+}
