@@ -78,13 +78,14 @@ async fn pod_count(client: &Client, ns: &str, fields: Option<&str>) -> usize {
     pods.list_metadata(&lp).await.map(|l| l.items.len()).unwrap_or(0)
 }
 
-/// CPU seconds of each control-plane process of `hack/cluster.sh` (pids under PD_CLUSTER_DIR).
+/// CPU seconds of each control-plane process of `hack/cluster.sh` (kwokctl's pid files under
+/// PD_CLUSTER_DIR).
 fn control_plane_cpu() -> Vec<(String, f64)> {
     let dir = std::env::var("PD_CLUSTER_DIR").unwrap_or_default();
-    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller"]
         .iter()
         .filter_map(|name| {
-            let pid = std::fs::read_to_string(format!("{dir}/pids/{name}")).ok()?.trim().parse().ok()?;
+            let pid = std::fs::read_to_string(format!("{dir}/kwok/clusters/pd/pids/{name}.pid")).ok()?.trim().parse().ok()?;
             Some((name.to_string(), proc_stats(pid).0))
         })
         .collect()

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane as plain processes on loopback: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kwok (fake GPU nodes). No Docker, no images.
+# kube-controller-manager, kube-scheduler and kwok (fake GPU nodes), brought up by kwok's own
+# cluster tool, kwokctl, with its binary runtime and the pinned binaries hack/tools.sh builds.
+# No Docker, no images. What kwokctl does not set by itself is passed as its --extra-args below.
 #
 #   hack/cluster.sh up     start (state in $PD_CLUSTER_DIR, default .cluster/); last line: export KUBECONFIG=...
-#   hack/cluster.sh down   stop exactly the processes `up` started and remove the state dir
+#   hack/cluster.sh down   stop the cluster (kwokctl delete cluster) and remove the state dir
 #   hack/cluster.sh env    print the export line of a running cluster
 #   hack/cluster.sh kill NAME     SIGKILL one component (etcd, kube-apiserver, ...), as a crash would
-#   hack/cluster.sh restart NAME  start a killed component again with the flags `up` gave it
+#   hack/cluster.sh restart NAME  start a killed component again (kwokctl start cluster starts
+#                                 the components that do not run, with the flags they had)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,47 +23,13 @@ WORKLOAD_GATES=GenericWorkload=true,TopologyAwareWorkloadScheduling=true
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-
 # shellcheck source=lib/wait.sh
 . "$ROOT/hack/lib/wait.sh"
 
-start() { # name, command...
-  local name=$1; shift
-  mkdir -p "$STATE/cmds"
-  printf '%q ' "$@" >"$STATE/cmds/$name"
-  "$@" >>"$STATE/logs/$name.log" 2>&1 &
-  echo $! >"$STATE/pids/$name"
-}
-
-check_alive() {
-  local name=$1 pid
-  pid=$(cat "$STATE/pids/$name")
-  kill -0 "$pid" 2>/dev/null || { tail -n 40 "$STATE/logs/$name.log" >&2; die "$name exited (log: $STATE/logs/$name.log)"; }
-}
-
-pki() {
-  local p="$STATE/pki"; mkdir -p "$p"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=pd-test-ca \
-    -keyout "$p/ca.key" -out "$p/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=pd-admin" \
-    -keyout "$p/admin.key" -out "$p/admin.csr" 2>/dev/null
-  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' >"$p/admin.ext"
-  openssl x509 -req -in "$p/admin.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
-    -days 3650 -extfile "$p/admin.ext" -out "$p/admin.crt" 2>/dev/null
-  openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
-}
-
-kubeconfig() { # server
-  cat >"$STATE/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: pd-local, cluster: {server: "$1", certificate-authority: "$STATE/pki/ca.crt"}}]
-users: [{name: admin, user: {client-certificate: "$STATE/pki/admin.crt", client-key: "$STATE/pki/admin.key"}}]
-contexts: [{name: pd-local, context: {cluster: pd-local, user: admin}}]
-current-context: pd-local
-KC
-}
+CLUSTER=pd
+kwokctl() { KWOK_WORKDIR="$STATE/kwok" "$BIN/kwokctl" --name "$CLUSTER" "$@"; }
+pidfile() { echo "$STATE/kwok/clusters/$CLUSTER/pids/$1.pid"; }
+logfile() { echo "$STATE/kwok/clusters/$CLUSTER/logs/$1.log"; }
 
 gpu_nodes() {
   local i
@@ -86,121 +55,130 @@ nodes_ready() {
   [ "$(echo "$out" | grep -c ' True ')" -ge "$GPU_NODES" ] && ! echo "$out" | grep -q not-ready
 }
 
+# The kwok controller's configuration: its options and stages (kwok's fast node and pod stages, and
+# ours, which leave readiness gates to their owner and model the containers kwok does not run).
+kwok_config() {
+  local stages=$1 f
+  printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  cidr: 10.244.0.0/16\n  nodeLeaseDurationSeconds: 40\n  nodeLeaseParallelism: 4\n  podPlayStageParallelism: 4\n  nodePlayStageParallelism: 4\n  podsOnNodeSyncParallelism: 4\n'
+  for f in "$stages/node/fast/node-initialize.yaml" "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+           "$ROOT/hack/kwok/pod-stages.yaml" "$stages/pod/fast/pod-complete.yaml" "$stages/pod/fast/pod-delete.yaml"; do
+    [ -f "$f" ] || die "kwok stage file missing: $f"
+    printf -- '---\n'; cat "$f"; printf '\n'
+  done
+}
+
+# Flags kwokctl does not set by itself, per component (a KwokctlConfiguration's componentsPatches:
+# kwokctl 0.8.0's --extra-args panics on more than one component with several flags): the
+# aggregation layer (the HPA test serves its own external metrics API; aggregator routing dials
+# endpoint IPs, since nothing proxies ClusterIPs; kwokctl's admin certificate, CN kwok-admin, is
+# the proxy's client certificate), the controller-manager's per-controller
+# credentials, fast HPA and garbage collection, no leader election (one replica of each), loopback
+# only, etcd without fsync, and the kwok controller managing only the GPU nodes made here.
+kwokctl_config() {
+  local pki="$STATE/kwok/clusters/$CLUSTER/pki"
+  cat <<CONFIG
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - {key: requestheader-client-ca-file, value: "$pki/ca.crt"}
+  - {key: requestheader-allowed-names, value: kwok-admin}
+  - {key: requestheader-username-headers, value: X-Remote-User}
+  - {key: requestheader-group-headers, value: X-Remote-Group}
+  - {key: requestheader-extra-headers-prefix, value: X-Remote-Extra-}
+  - {key: enable-aggregator-routing, value: "true"}
+  - {key: enable-priority-and-fairness, value: "false"}
+  - {key: service-cluster-ip-range, value: 10.96.0.0/16}
+  - {key: bind-address, value: 127.0.0.1}
+- name: kube-controller-manager
+  extraArgs:
+  - {key: use-service-account-credentials, value: "true"}
+  - {key: leader-elect, value: "false"}
+  - {key: horizontal-pod-autoscaler-sync-period, value: 5s}
+  - {key: concurrent-gc-syncs, value: "5"}
+  - {key: bind-address, value: 127.0.0.1}
+- name: kube-scheduler
+  extraArgs:
+  - {key: leader-elect, value: "false"}
+  - {key: bind-address, value: 127.0.0.1}
+- name: etcd
+  extraArgs:
+  - {key: unsafe-no-fsync, value: "true"}
+- name: kwok-controller
+  extraArgs:
+  - {key: manage-all-nodes, value: "false"}
+  - {key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}
+CONFIG
+}
+
 up() {
-  if [ -f "$STATE/kubeconfig" ] && [ -d "$STATE/pids" ]; then
+  if [ -f "$STATE/kubeconfig" ] && [ -d "$STATE/kwok" ]; then
     die "a cluster already runs from $STATE (run '$0 down' first, or set PD_CLUSTER_DIR)"
   fi
   BIN=$("$ROOT/hack/tools.sh" | tail -n 1)
   export PATH="$BIN:$PATH"
-  local stages
-  stages="$(dirname "$BIN")/kwok-stages"
-  rm -rf "$STATE"; mkdir -p "$STATE/logs" "$STATE/pids" "$STATE/etcd"
+  # logs/ is for the processes callers run beside the cluster (hack/demo.sh's operator and engines).
+  rm -rf "$STATE"; mkdir -p "$STATE/logs"
   echo "$BIN" >"$STATE/bin"
   log "state in $STATE"
-  pki
-  local ep pp ap kp sp wp
-  ep=$(free_port); pp=$(free_port); ap=$(free_port); kp=$(free_port); sp=$(free_port); wp=$(free_port)
-  kubeconfig "https://127.0.0.1:$ap"
+  { kwokctl_config; printf -- '---\n'; kwok_config "$(dirname "$BIN")/kwok-stages"; } >"$STATE/kwok.yaml"
+  # kwokctl's defaults scale node heartbeats by 5; 1 keeps Kubernetes' own (5 s, 40 s, a 40 s lease).
+  kwokctl --config "$STATE/kwok.yaml" create cluster --runtime binary --kubeconfig "$STATE/kubeconfig" --wait 90s \
+    --etcd-binary "$BIN/etcd" --kube-apiserver-binary "$BIN/kube-apiserver" \
+    --kube-controller-manager-binary "$BIN/kube-controller-manager" --kube-scheduler-binary "$BIN/kube-scheduler" \
+    --kwok-controller-binary "$BIN/kwok" --heartbeat-factor 1 --kube-feature-gates "$WORKLOAD_GATES" \
+    --kube-runtime-config scheduling.k8s.io/v1beta1=true >"$STATE/kwokctl.log" 2>&1 \
+    || { tail -n 20 "$STATE/kwokctl.log" >&2; die "kwokctl create cluster failed (log: $STATE/kwokctl.log)"; }
   export KUBECONFIG="$STATE/kubeconfig"
-
-  start etcd etcd --name=node0 --data-dir="$STATE/etcd" --unsafe-no-fsync=true --auto-compaction-retention=1 \
-    --listen-client-urls="http://127.0.0.1:$ep" --advertise-client-urls="http://127.0.0.1:$ep" \
-    --listen-peer-urls="http://127.0.0.1:$pp" --initial-advertise-peer-urls="http://127.0.0.1:$pp" \
-    --initial-cluster="node0=http://127.0.0.1:$pp" --listen-metrics-urls=""
-  wait_for "etcd" 30 curl -sf "http://127.0.0.1:$ep/health" || { check_alive etcd; die "etcd not healthy"; }
-  log "etcd up on :$ep"
-
-  # The aggregation layer (proxy client and request-header flags) serves the HPA test's own
-  # external metrics API; aggregator routing dials endpoint IPs, since nothing proxies ClusterIPs.
-  start kube-apiserver kube-apiserver --etcd-servers="http://127.0.0.1:$ep" --bind-address=127.0.0.1 --secure-port="$ap" \
-    --advertise-address=127.0.0.1 --endpoint-reconciler-type=none --allow-privileged=true \
-    --tls-cert-file="$STATE/pki/admin.crt" --tls-private-key-file="$STATE/pki/admin.key" --client-ca-file="$STATE/pki/ca.crt" \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$STATE/pki/sa.key" --service-account-signing-key-file="$STATE/pki/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=RBAC --enable-priority-and-fairness=false \
-    --proxy-client-cert-file="$STATE/pki/admin.crt" --proxy-client-key-file="$STATE/pki/admin.key" \
-    --requestheader-client-ca-file="$STATE/pki/ca.crt" --requestheader-allowed-names=pd-admin \
-    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
-    --requestheader-extra-headers-prefix=X-Remote-Extra- --enable-aggregator-routing=true \
-    --feature-gates="$WORKLOAD_GATES" --runtime-config=scheduling.k8s.io/v1beta1=true
-  wait_for "kube-apiserver /readyz" 90 kubectl get --raw /readyz || { check_alive kube-apiserver; die "kube-apiserver not ready"; }
-  log "kube-apiserver up on :$ap"
-
-  start kube-controller-manager kube-controller-manager --kubeconfig="$KUBECONFIG" --bind-address=127.0.0.1 --secure-port="$kp" \
-    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics --leader-elect=false \
-    --use-service-account-credentials=true --service-account-private-key-file="$STATE/pki/sa.key" \
-    --root-ca-file="$STATE/pki/ca.crt" --cluster-signing-cert-file="$STATE/pki/ca.crt" --cluster-signing-key-file="$STATE/pki/ca.key" \
-    --node-monitor-period=5s --node-monitor-grace-period=40s --concurrent-gc-syncs=5 \
-    --horizontal-pod-autoscaler-sync-period=5s --feature-gates="$WORKLOAD_GATES"
-  start kube-scheduler kube-scheduler --kubeconfig="$KUBECONFIG" --bind-address=127.0.0.1 --secure-port="$sp" \
-    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics --leader-elect=false --feature-gates="$WORKLOAD_GATES"
-  wait_for "kube-controller-manager" 60 curl -skf "https://127.0.0.1:$kp/healthz" || { check_alive kube-controller-manager; die "kube-controller-manager not healthy"; }
-  wait_for "kube-scheduler" 60 curl -skf "https://127.0.0.1:$sp/healthz" || { check_alive kube-scheduler; die "kube-scheduler not healthy"; }
-  log "controller-manager :$kp and scheduler :$sp up"
-
-  {
-    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  cidr: 10.244.0.0/16\n  nodeLeaseDurationSeconds: 40\n  nodeLeaseParallelism: 4\n  podPlayStageParallelism: 4\n  nodePlayStageParallelism: 4\n  podsOnNodeSyncParallelism: 4\n'
-    for f in "$stages/node/fast/node-initialize.yaml" "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
-             "$ROOT/hack/kwok/pod-stages.yaml" "$stages/pod/fast/pod-complete.yaml" "$stages/pod/fast/pod-delete.yaml"; do
-      [ -f "$f" ] || die "kwok stage file missing: $f"
-      printf -- '---\n'; cat "$f"; printf '\n'
-    done
-  } >"$STATE/kwok.yaml"
-  start kwok kwok --kubeconfig="$KUBECONFIG" --config="$STATE/kwok.yaml" \
-    --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-    --node-lease-duration-seconds=40 --server-address="127.0.0.1:$wp" --node-port="$wp"
-  sleep 1; check_alive kwok
+  # kwokctl 0.8.0 exits 0 when its own wait fails: the control plane is judged here.
+  wait_for "kube-apiserver /readyz" 30 kubectl get --raw /readyz \
+    || { tail -n 5 "$(logfile kube-apiserver)" >&2; die "kube-apiserver not ready (log: $(logfile kube-apiserver))"; }
+  log "control plane up: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')"
   gpu_nodes | kubectl apply -f - >/dev/null
-  wait_for "$GPU_NODES Ready kwok GPU nodes without the not-ready taint" 120 nodes_ready || { check_alive kwok; die "nodes not ready"; }
+  wait_for "$GPU_NODES Ready kwok GPU nodes without the not-ready taint" 120 nodes_ready || die "nodes not ready (log: $(logfile kwok-controller))"
   wait_for "the default ServiceAccount" 60 kubectl get serviceaccount default -n default
   log "$GPU_NODES kwok GPU nodes Ready ($GPUS_PER_NODE x nvidia.com/gpu each)"
   echo "export KUBECONFIG=$STATE/kubeconfig"
 }
 
 down() {
-  [ -d "$STATE/pids" ] || { log "no cluster state in $STATE"; rm -rf "$STATE"; return 0; }
-  local name pid
-  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    [ -f "$STATE/pids/$name" ] || continue
-    pid=$(cat "$STATE/pids/$name")
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-  done
+  [ -d "$STATE/kwok" ] || { log "no cluster state in $STATE"; rm -rf "$STATE"; return 0; }
+  BIN=$(cat "$STATE/bin")
+  kwokctl delete cluster >/dev/null 2>&1 || log "kwokctl delete cluster failed; removing $STATE anyway"
   rm -rf "$STATE"
   log "stopped and removed $STATE"
 }
 
-component() { # name: checks that `up` started it
-  [ -n "${1:-}" ] && [ -f "$STATE/cmds/$1" ] || die "no component '${1:-}' in $STATE (one of: $(ls "$STATE/cmds" 2>/dev/null | tr '\n' ' '))"
+component() { # name: one of the components kwokctl started
+  [ -n "${1:-}" ] && [ -f "$(pidfile "$1")" ] \
+    || die "no component '${1:-}' in $STATE (one of: $(ls "$STATE/kwok/clusters/$CLUSTER/pids" 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))"
 }
+
+gone() { ! kill -0 "$1" 2>/dev/null; }
 
 kill_component() {
   component "$1"
-  local pid; pid=$(cat "$STATE/pids/$1")
+  local pid; pid=$(cat "$(pidfile "$1")")
   kill -9 "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  wait_for "$1 (pid $pid) to exit" 10 gone "$pid" || die "$1 still runs after SIGKILL"
   log "$1 (pid $pid) killed"
 }
 
 restart_component() {
   component "$1"
-  local pid; pid=$(cat "$STATE/pids/$1")
+  local pid; pid=$(cat "$(pidfile "$1")")
   kill -0 "$pid" 2>/dev/null && die "$1 still runs (pid $pid); kill it first"
   BIN=$(cat "$STATE/bin"); export PATH="$BIN:$PATH" KUBECONFIG="$STATE/kubeconfig"
-  eval "start $1 $(cat "$STATE/cmds/$1")"
+  kwokctl start cluster >>"$STATE/kwokctl.log" 2>&1 || die "kwokctl start cluster failed (log: $STATE/kwokctl.log)"
   case "$1" in
-    etcd) wait_for "etcd" 30 etcdctl_health ;;
-    kube-apiserver) wait_for "kube-apiserver /readyz" 90 kubectl get --raw /readyz ;;
+    kube-apiserver|etcd) wait_for "kube-apiserver /readyz after $1 came back" 90 kubectl get --raw /readyz ;;
     *) sleep 1 ;;
-  esac || { check_alive "$1"; die "$1 did not come back"; }
-  check_alive "$1"
-  log "$1 restarted (pid $(cat "$STATE/pids/$1"))"
+  esac || die "$1 did not come back (log: $(logfile "$1"))"
+  pid=$(cat "$(pidfile "$1")")
+  kill -0 "$pid" 2>/dev/null || { tail -n 40 "$(logfile "$1")" >&2; die "$1 exited after its restart"; }
+  log "$1 restarted (pid $pid)"
 }
-
-etcdctl_health() { curl -sf "$(grep -o 'http://127.0.0.1:[0-9]*' "$STATE/cmds/etcd" | head -n 1)/health"; }
 
 case "${1:-}" in
   up) up ;;
@@ -208,5 +186,5 @@ case "${1:-}" in
   restart) restart_component "${2:-}" ;;
   down) down ;;
   env) [ -f "$STATE/kubeconfig" ] && echo "export KUBECONFIG=$STATE/kubeconfig" || die "no cluster in $STATE" ;;
-  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|env|kill NAME|restart NAME" >&2; exit 2 ;;
 esac

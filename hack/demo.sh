@@ -121,10 +121,11 @@ helm install "$RELEASE" charts/pd-operator -n "$OPERATOR_NS" --create-namespace 
 say "run the operator under the chart's ServiceAccount (its least-privilege RBAC)"
 TOKEN=$(kubectl create token "$RELEASE" -n "$OPERATOR_NS" --duration 24h)
 SERVER=$(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')
+CA=$(kubectl config view -o jsonpath='{.clusters[0].cluster.certificate-authority}')
 cat >"$PD_CLUSTER_DIR/operator.kubeconfig" <<KC
 apiVersion: v1
 kind: Config
-clusters: [{name: pd-local, cluster: {server: "$SERVER", certificate-authority: "$PD_CLUSTER_DIR/pki/ca.crt"}}]
+clusters: [{name: pd-local, cluster: {server: "$SERVER", certificate-authority: "$CA"}}]
 users: [{name: pd-operator, user: {token: "$TOKEN"}}]
 contexts: [{name: pd-local, context: {cluster: pd-local, user: pd-operator}}]
 current-context: pd-local

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned test tooling (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, kwok, helm) from the Go module proxy into a cache outside the clone, keyed by version.
+# kubectl, kwok and kwokctl, helm) from the Go module proxy into a cache outside the clone, keyed by version.
 # Prints the bin directory as its last line. A second run with the same pins is instant.
 set -euo pipefail
 
@@ -30,9 +30,11 @@ build_etcd() {
 }
 
 build_kwok() {
-  have kwok && [ -d "$TOOLS_DIR/kwok-stages" ] && { log "kwok v$KWOK_VERSION cached"; return; }
-  log "building kwok v$KWOK_VERSION"
+  have kwok kwokctl && [ -d "$TOOLS_DIR/kwok-stages" ] && { log "kwok and kwokctl v$KWOK_VERSION cached"; return; }
+  log "building kwok and kwokctl v$KWOK_VERSION"
   go_install "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" "$BIN" "$WORK/kwok.log"
+  # kwok's own cluster tool: hack/cluster.sh brings the control plane up with it (binary runtime).
+  go_install "sigs.k8s.io/kwok/cmd/kwokctl@v$KWOK_VERSION" "$BIN" "$WORK/kwokctl.log"
   # The stage definitions ship inside the module; keep the ones the cluster script uses.
   local src="$GOMODCACHE/sigs.k8s.io/kwok@v$KWOK_VERSION/kustomize/stage"
   rm -rf "$TOOLS_DIR/kwok-stages"; mkdir -p "$TOOLS_DIR/kwok-stages"
