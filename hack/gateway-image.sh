@@ -10,22 +10,17 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 # shellcheck source=hack/lib/smg.sh
 source "$ROOT/hack/lib/smg.sh"
-SUITE=bookworm
-BUILDER=pd-operator-python-builder:$SUITE
-RUNTIME=pd-operator-python:$SUITE
-WORK=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image
 log() { echo "[gateway-image $(date +%H:%M:%S)] $*" >&2; }
-have() { docker image inspect "$1" >/dev/null 2>&1; }
 # shellcheck source=hack/lib/rootfs.sh
 source "$ROOT/hack/lib/rootfs.sh"
 
-if have "$SMG_IMAGE" && [ "${PD_REBUILD:-0}" != 1 ]; then
+if image_exists "$SMG_IMAGE" && [ "${PD_REBUILD:-0}" != 1 ]; then
   echo "$SMG_IMAGE"; exit 0
 fi
 start=$(date +%s)
-python_bases "$WORK" "$SUITE" "$BUILDER" "$RUNTIME"
-log "docker build $SMG_IMAGE (smg $SMG_VERSION from PyPI; BUILDER_IMAGE=$BUILDER RUNTIME_IMAGE=$RUNTIME)"
-DOCKER_BUILDKIT=0 docker build --network host -q -f hack/image/gateway.Dockerfile --build-arg "BUILDER_IMAGE=$BUILDER" \
-  --build-arg "RUNTIME_IMAGE=$RUNTIME" --build-arg "SMG_VERSION=$SMG_VERSION" -t "$SMG_IMAGE" hack/image >&2
+python_bases
+log "docker build $SMG_IMAGE (smg $SMG_VERSION from PyPI; BUILDER_IMAGE=$PY_BUILDER RUNTIME_IMAGE=$PY_RUNTIME)"
+DOCKER_BUILDKIT=0 docker build --network host -q -f hack/image/gateway.Dockerfile --build-arg "BUILDER_IMAGE=$PY_BUILDER" \
+  --build-arg "RUNTIME_IMAGE=$PY_RUNTIME" --build-arg "SMG_VERSION=$SMG_VERSION" -t "$SMG_IMAGE" hack/image >&2
 log "built in $(( $(date +%s) - start ))s"
 echo "$SMG_IMAGE"

@@ -16,12 +16,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 RELEASE=${1:-0.5.22}
-SUITE=bookworm
-BUILDER=pd-operator-python-builder:$SUITE
-RUNTIME=pd-operator-python:$SUITE
-WORK=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image
 log() { echo "[sglang-cpu-image $(date +%H:%M:%S)] $*" >&2; }
-have() { docker image inspect "$1" >/dev/null 2>&1; }
 # shellcheck source=hack/lib/rootfs.sh
 source "$ROOT/hack/lib/rootfs.sh"
 
@@ -31,15 +26,15 @@ release_dir=$(hack/sglang-release.sh "$RELEASE")
 key=$( { basename "$venv"; basename "$release_dir"; cat "$0" hack/image/sglang-cpu.Dockerfile; } | sha256sum | cut -c1-10)
 TAGGED="pd-sglang-cpu:v$RELEASE-cpu-$key"
 CUSTOM="pd-sglang-cpu:custom-$key"
-if have "$TAGGED" && have "$CUSTOM"; then
+if image_exists "$TAGGED" && image_exists "$CUSTOM"; then
   printf '%s\n%s\n' "$TAGGED" "$CUSTOM"; exit 0
 fi
 start=$(date +%s)
-python_bases "$WORK" "$SUITE" "$BUILDER" "$RUNTIME"
+python_bases
 
 # The build context: hard links into the cached trees (no copy), the release's code in place of
 # the venv's 0.5.23.
-stage="$WORK/sglang-cpu-stage"
+stage="${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image/sglang-cpu-stage"
 rm -rf "$stage"; mkdir -p "$stage"
 sp="$stage/site-packages"
 cp -al "$venv"/lib/python3.11/site-packages "$sp"
@@ -56,13 +51,15 @@ find "$sp/nvidia" -name '*.so*' -type f | while read -r lib; do
   grep -qxF "$(basename "$lib")" <<<"$loaded" || rm -f "$lib"
 done
 rm -rf "$sp"/nvidia/*/include "$sp"/triton/backends/nvidia/{bin,lib} "$sp"/triton/backends/*/include "$sp"/torch/include
-log "docker build $TAGGED (SGLang $RELEASE on $RUNTIME, $(du -sh "$sp" | cut -f1) of packages)"
+log "docker build $TAGGED (SGLang $RELEASE on $PY_RUNTIME, $(du -sh "$sp" | cut -f1) of packages)"
 cp hack/image/sglang-cpu.Dockerfile "$stage/Dockerfile"
-DOCKER_BUILDKIT=0 docker build -q --build-arg "RUNTIME_IMAGE=$RUNTIME" --build-arg "SGLANG_RELEASE=$RELEASE" \
+DOCKER_BUILDKIT=0 docker build -q --build-arg "RUNTIME_IMAGE=$PY_RUNTIME" --build-arg "SGLANG_RELEASE=$RELEASE" \
   -t "$TAGGED" "$stage" >/dev/null
 rm -rf "$stage"
 got=$(docker run --rm --network none "$TAGGED" python3 -c 'import torch, sglang.srt.server_args, sglang; print(sglang.__version__)')
 [ "$got" = "$RELEASE" ] || { log "FAILED: the image's SGLang says ${got:-nothing}, want $RELEASE"; docker rmi "$TAGGED" >/dev/null; exit 1; }
 docker tag "$TAGGED" "$CUSTOM"
+# Earlier keys' images (another venv, release or script) are 4.7 GB each: only this key's stay.
+docker image ls --format '{{.Repository}}:{{.Tag}}' pd-sglang-cpu | grep -vxF -e "$TAGGED" -e "$CUSTOM" | xargs -r docker rmi >/dev/null || true
 log "built in $(( $(date +%s) - start ))s: $(docker image inspect "$TAGGED" --format '{{.Size}}') bytes"
 printf '%s\n%s\n' "$TAGGED" "$CUSTOM"

@@ -44,15 +44,8 @@ fn handshake_refused_verdict() -> String {
     .to_string()
 }
 
-fn pods(ns: &TestNamespace, role: &str) -> Vec<Value> {
-    let sel = format!("pd.inference.dev/deployment=gate,pd.inference.dev/role in ({role})");
-    let o = cluster().kubectl(&["get", "pods", "-n", &ns.name, "-l", &sel, "-o", "json"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
-    v["items"].as_array().cloned().unwrap_or_default()
-}
-
 fn engine_pods(ns: &TestNamespace) -> usize {
-    pods(ns, "prefill,decode").len()
+    ns.role_pods("gate", "prefill,decode").len()
 }
 
 fn verified(ns: &TestNamespace) -> Result<Value, String> {
@@ -72,7 +65,7 @@ fn events(ns: &TestNamespace) -> String {
 fn wait_verdict_with_no_engine_pod(ns: &TestNamespace, status: &str) -> Value {
     wait_for(WAIT, &format!("EngineVerified={status}, no engine pod before"), || {
         let engines = engine_pods(ns);
-        let running: Vec<Value> = pods(ns, "dry-run").into_iter().filter(|p| p["status"]["phase"] != "Succeeded").collect();
+        let running: Vec<Value> = ns.role_pods("gate", "dry-run").into_iter().filter(|p| p["status"]["phase"] != "Succeeded").collect();
         if engines > 0 && !running.is_empty() {
             panic!("{engines} engine pods beside a dry run under way: {running:?}\nevents:\n{}", events(ns));
         }
@@ -99,7 +92,7 @@ fn a_refused_spec_creates_no_engine_pod_and_a_passing_one_does_once_without_reru
         e.lines().any(|l| l.starts_with("EngineRefused:") && l.contains(REFUSAL)).then_some(()).ok_or(e)
     });
     wait_for(WAIT, "the dry-run pod to go", || {
-        let left = pods(&ns, "dry-run");
+        let left = ns.role_pods("gate", "dry-run");
         left.is_empty().then_some(()).ok_or_else(|| format!("{} left", left.len()))
     });
     let status = ns.get_json("pdd", "gate").unwrap()["status"].clone();
@@ -130,7 +123,7 @@ fn a_refused_spec_creates_no_engine_pod_and_a_passing_one_does_once_without_reru
     assert_eq!(c["reason"], "Verified", "{c}");
     let verdict_at = c["lastTransitionTime"].as_str().unwrap().to_owned();
     wait_for(WAIT, "the engine pods", || {
-        let ps = pods(&ns, "prefill,decode");
+        let ps = ns.role_pods("gate", "prefill,decode");
         if ps.len() == 2 { Ok(ps) } else { Err(format!("{} pods", ps.len())) }
     })
     .iter()
@@ -152,7 +145,7 @@ fn a_refused_spec_creates_no_engine_pod_and_a_passing_one_does_once_without_reru
         (n == 4).then_some(()).ok_or_else(|| format!("{n} pods"))
     });
     assert_eq!(runs(&events(&ns)), before, "a scale ran the dry run again");
-    assert!(pods(&ns, "dry-run").is_empty());
+    assert!(ns.role_pods("gate", "dry-run").is_empty());
     let status = ns.get_json("pdd", "gate").unwrap()["status"].clone();
     assert_eq!(status["engineVerification"]["key"], key);
     assert_eq!(status["engineVerification"]["result"], "Verified");

@@ -35,15 +35,9 @@ fn objects(image: &str, extra: &[&str]) -> String {
     )
 }
 
-fn pods(ns: &TestNamespace, roles: &str) -> Vec<Value> {
-    let sel = format!("pd.inference.dev/deployment={NAME},pd.inference.dev/role in ({roles})");
-    let o = cluster().kubectl(&["get", "pods", "-n", &ns.name, "-l", &sel, "-o", "json"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
-    v["items"].as_array().cloned().unwrap_or_default()
-}
-
 fn events(ns: &TestNamespace) -> String {
-    let o = cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}: {.note}{.message}{\"\\n\"}{end}"]);
+    let o =
+        cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}: {.note}{.message}{\"\\n\"}{end}"]);
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -59,8 +53,8 @@ fn under_way(pod: &Value) -> bool {
 /// the PDDeployment.
 fn verdict(ns: &TestNamespace, old_key: Option<&str>, status: &str) -> Value {
     wait_for(WAIT, &format!("EngineVerified={status} from a new dry run, no engine pod before"), || {
-        let engines = pods(ns, "prefill,decode");
-        let running: Vec<Value> = pods(ns, "dry-run").into_iter().filter(under_way).collect();
+        let engines = ns.role_pods(NAME, "prefill,decode");
+        let running: Vec<Value> = ns.role_pods(NAME, "dry-run").into_iter().filter(under_way).collect();
         if !engines.is_empty() && !running.is_empty() {
             panic!("{} engine pods beside a dry run under way: {running:?}\nevents:\n{}", engines.len(), events(ns));
         }
@@ -97,7 +91,7 @@ fn sglangs_own_code_in_the_engine_image_refuses_extra_args_before_any_engine_pod
         e.lines().any(|l| l.starts_with("EngineRefused:") && l.contains(NEWER_FLAG)).then_some(()).ok_or(e)
     });
     std::thread::sleep(Duration::from_secs(5));
-    assert!(pods(&ns, "prefill,decode").is_empty(), "a refusal stands: no engine pod");
+    assert!(ns.role_pods(NAME, "prefill,decode").is_empty(), "a refusal stands: no engine pod");
 
     // The fix: the image's tag names its release, the flag is gone. SGLang 0.5.22 accepts both
     // processes and the handshake between them, and only then do the engine pods exist.
@@ -108,7 +102,7 @@ fn sglangs_own_code_in_the_engine_image_refuses_extra_args_before_any_engine_pod
     assert_eq!(c["reason"], "Verified", "{c}");
     assert_eq!(passed["status"]["engineVerification"]["sglangVersion"], "0.5.22");
     let engines = wait_for(Duration::from_secs(60), "the engine pods after the verdict", || {
-        let p = pods(&ns, "prefill,decode");
+        let p = ns.role_pods(NAME, "prefill,decode");
         (p.len() == 2).then_some(p.clone()).ok_or_else(|| format!("{} engine pods", p.len()))
     });
     for p in &engines {

@@ -15,14 +15,20 @@ debian_rootfs() {
   echo "$dir"
 }
 
-# python_bases WORK SUITE BUILDER RUNTIME: the Python image bases of hack/gateway-image.sh and
-# hack/sglang-cpu-image.sh, built once: RUNTIME is Debian SUITE's python3 with a nonroot user
-# 65532; BUILDER adds this host's CA bundle (which reaches PyPI). Callers define log() and have().
+# The Python image bases of hack/gateway-image.sh and hack/sglang-cpu-image.sh: PY_RUNTIME is
+# Debian PY_SUITE's python3 with a nonroot user 65532; PY_BUILDER adds this host's CA bundle (which reaches PyPI).
+PY_SUITE=bookworm
+PY_BUILDER=pd-operator-python-builder:$PY_SUITE
+PY_RUNTIME=pd-operator-python:$PY_SUITE
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+# python_bases: builds PY_BUILDER and PY_RUNTIME once. Callers define log().
 python_bases() {
-  local work=$1 suite=$2 builder=$3 runtime=$4 dir stage
-  have "$builder" && have "$runtime" && return 0
+  local work=${XDG_CACHE_HOME:-$HOME/.cache}/pd-operator/image suite=$PY_SUITE builder=$PY_BUILDER runtime=$PY_RUNTIME dir stage
+  image_exists "$builder" && image_exists "$runtime" && return 0
   dir=$(debian_rootfs "$work/rootfs-$suite-python" "$suite" python3,python3-venv,ca-certificates)
-  if ! have "$runtime"; then
+  if ! image_exists "$runtime"; then
     log "runtime base $runtime (Debian $suite python3, user 65532)"
     grep -q '^nonroot:' "$dir/etc/passwd" || echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >>"$dir/etc/passwd"
     grep -q '^nonroot:' "$dir/etc/group" || echo 'nonroot:x:65532:' >>"$dir/etc/group"
@@ -31,7 +37,7 @@ python_bases() {
       | docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
           --change 'ENV LANG=C.UTF-8' - "$runtime" >/dev/null
   fi
-  if ! have "$builder"; then
+  if ! image_exists "$builder"; then
     log "builder base $builder (the runtime base plus this host's CA bundle, which reaches PyPI)"
     stage="$work/python-builder-stage"; rm -rf "$stage"; mkdir -p "$stage/etc/ssl/certs"
     cp /etc/ssl/certs/ca-certificates.crt "$stage/etc/ssl/certs/"

@@ -214,6 +214,15 @@ impl TestNamespace {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("pod {pod} printed {line:?}: {e}"))
     }
 
+    /// The pods of PDDeployment `deployment` in this namespace whose role is one of `roles`
+    /// (comma-separated: `prefill,decode`, `dry-run`).
+    pub fn role_pods(&self, deployment: &str, roles: &str) -> Vec<serde_json::Value> {
+        let sel = format!("pd.inference.dev/deployment={deployment},pd.inference.dev/role in ({roles})");
+        let o = cluster().kubectl(&["get", "pods", "-n", &self.name, "-l", &sel, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
     pub fn get_json(&self, kind: &str, name: &str) -> Result<serde_json::Value, String> {
         let o = cluster().kubectl(&["get", kind, name, "-n", &self.name, "-o", "json"]);
         if !o.status.success() {
