@@ -75,6 +75,9 @@ t=$(date +%s)
   --kubeconfig "$KUBECONFIG_FILE" --wait 5m >&2
 log "cluster up in $(( $(date +%s) - t ))s"
 "$KIND" load docker-image "$IMAGE" "$NEXT_IMAGE" "$SIM_IMAGE" "$GATEWAY_IMAGE" "$MODEL_IMAGE" --name "$CLUSTER" >&2
+# `kind load` writes the image as a tar to TMPDIR and the node unpacks it: about 14 GB at the peak.
+free_gb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 { print int($4 / 1048576) }')
+[ "$free_gb" -ge 15 ] || { log "FAILED: $free_gb GB free under ${TMPDIR:-/tmp}; loading the 4.7 GB SGLang CPU image needs about 15 (hack/prune-cargo-target.sh, docker image prune)"; exit 1; }
 t=$(date +%s)
 "$KIND" load docker-image "${SGLANG_CPU_IMAGES[@]}" --name "$CLUSTER" >&2
 log "SGLang CPU images loaded into the node in $(( $(date +%s) - t ))s"
