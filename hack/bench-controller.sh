@@ -9,6 +9,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=lib/wait.sh
+. hack/lib/wait.sh
 cargo build --release --locked --quiet
 export PD_CLUSTER_DIR=${PD_CLUSTER_DIR:-/tmp/pd-bench-cluster}
 export PD_GPU_NODES=${PD_GPU_NODES:-40}
@@ -17,7 +19,7 @@ trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 eval "$(hack/cluster.sh up | tail -n 1)"
 export PATH="$(cat "$PD_CLUSTER_DIR/bin"):$PATH"
 kubectl apply --server-side -f crds/ >/dev/null
-kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=60s >/dev/null
+wait_crds_established 60 crds/
 
 # LeaderWorkerSet: its CRD, and its webhooks served by the controller itself as a host process
 # (the bench starts it per run): a CA and a serving cert for 127.0.0.1, the module's webhook
@@ -62,7 +64,7 @@ print(yaml.safe_dump_all(docs))
 PY
   kubectl apply --server-side -f "$LWS_DIR/crd.yaml" >/dev/null
   kubectl apply --server-side -f "$W/webhooks.yaml" >/dev/null
-  kubectl wait --for=condition=Established crd/leaderworkersets.leaderworkerset.x-k8s.io --timeout=60s >/dev/null
+  wait_crds_established 60 "$LWS_DIR/crd.yaml"
   export PD_LWS_BIN="$LWS_DIR/bin/lws-controller" PD_LWS_CONFIG="$W/config.yaml" PD_LWS_HEALTH_PORT=$HEALTH_PORT
 fi
 # PD_BENCH_BIN runs another build of the operator (a saved binary, for an A/B of two commits).

@@ -111,7 +111,7 @@ kubectl get nodes
 
 say "install: CRD (kubectl apply --server-side) and the Helm chart"
 kubectl apply --server-side -f crds/
-kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=60s
+wait_crds_established 60 crds/
 PORT=$(free_port)
 # No container runs on kwok nodes: the operator runs on this host (replicaCount=0) and the
 # chart's webhook registration points at it by URL.

@@ -22,6 +22,8 @@ log() { echo "[kind-e2e $(date +%H:%M:%S)] $*" >&2; }
 start=$(date +%s)
 
 source hack/lib/docker.sh
+# shellcheck source=lib/wait.sh
+source hack/lib/wait.sh
 ensure_docker kind-e2e
 mkdir -p "$STATE"
 KUBECONFIG_FILE="$STATE/kubeconfig"
@@ -103,12 +105,7 @@ kubectl wait --for=jsonpath="{.status.allocatable.nvidia\.com/gpu}=$GPUS" "node/
 
 log "installing the CRD and the chart (image $IMAGE)"
 kubectl apply --server-side -f crds/ >/dev/null
-# Right after creation the CRD may have no conditions yet, which `kubectl wait` reports as an error.
-for _ in $(seq 1 30); do
-  kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=60s >/dev/null 2>&1 && break
-  sleep 1
-done
-kubectl wait --for=condition=Established crd/pddeployments.pd.inference.dev --timeout=5s >/dev/null
+wait_crds_established 60 crds/
 helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
   --set simImage.repository="${SIM_IMAGE%:*}" --set simImage.tag="${SIM_IMAGE##*:}" \

@@ -388,8 +388,7 @@ const PREVIOUS_CRD: &str = "tests/upgrade/pddeployment-crd-ac9762d.yaml";
 fn apply_crds(path: &str) {
     let o = cluster().kubectl(&["apply", "--server-side", "--force-conflicts", "-f", repo_path(path).to_str().unwrap()]);
     assert!(o.status.success(), "apply {path}: {}", text(&o));
-    let o = cluster().kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/pddeployments.pd.inference.dev"]);
-    assert!(o.status.success(), "{}", text(&o));
+    cluster().wait_crds_established(&repo_path(path));
 }
 
 /// This release's CRDs again, however the upgrade case ends.
@@ -418,8 +417,6 @@ fn objects_stored_under_the_previous_crd_are_reconciled_after_the_upgrade() {
 
     let upgraded = Instant::now();
     apply_crds("crds");
-    let o = cluster().kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/pdroles.pd.inference.dev"]);
-    assert!(o.status.success(), "{}", text(&o));
     let op = Operator::install_in(ns);
     op.converged(case, "after the upgrade", upgraded);
     let changed = Instant::now();

@@ -13,3 +13,17 @@ wait_for() {
     sleep 0.5
   done
 }
+
+#   wait_crds_established SECONDS PATH  waits for every CRD in PATH (a file or a directory) to be
+#                                 Established. A CRD created a moment ago has no conditions yet,
+#                                 which `kubectl wait --for=condition` reports as an error at once
+#                                 instead of waiting.
+crd_established() {
+  [ "$(kubectl get "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ]
+}
+wait_crds_established() {
+  local crd
+  for crd in $(kubectl get -f "$2" -o name); do
+    wait_for "$crd to be Established" "$1" crd_established "$crd"
+  done
+}

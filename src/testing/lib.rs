@@ -88,8 +88,7 @@ pub fn cluster() -> &'static Cluster {
         };
         let out = c.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", repo().join("crds").to_str().unwrap()]);
         assert!(out.status.success(), "installing the CRD failed: {}", String::from_utf8_lossy(&out.stderr));
-        let out = c.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/pddeployments.pd.inference.dev"]);
-        assert!(out.status.success(), "CRD not established: {}", String::from_utf8_lossy(&out.stderr));
+        c.wait_crds_established(&repo().join("crds"));
         c
     })
 }
@@ -117,6 +116,20 @@ impl Cluster {
             .env("PATH", path)
             .output()
             .expect("run kubectl pd")
+    }
+
+    /// Waits until every CRD in `path` (a file or a directory) is Established. A CRD created a
+    /// moment ago has no conditions yet, which `kubectl wait --for=condition` reports as an error
+    /// at once instead of waiting (`hack/lib/wait.sh` has the same wait for the scripts).
+    pub fn wait_crds_established(&self, path: &Path) {
+        let o = self.kubectl(&["get", "-f", path.to_str().unwrap(), "-o", "name"]);
+        assert!(o.status.success(), "the CRDs in {}: {}", path.display(), text(&o));
+        for crd in String::from_utf8_lossy(&o.stdout).lines() {
+            wait_for(Duration::from_secs(60), &format!("{crd} to be Established"), || {
+                let o = self.kubectl(&["get", crd, "-o", r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#]);
+                (String::from_utf8_lossy(&o.stdout) == "True").then_some(()).ok_or_else(|| text(&o))
+            });
+        }
     }
 
     pub fn helm(&self, args: &[&str]) -> Output {
