@@ -276,6 +276,37 @@ pub enum ConfigError {
     NoArchitectures,
 }
 
+/// The constants Python's `json` writes for non-finite floats and reads back (`json.loads`), which
+/// strict JSON lacks: published Mamba2 checkpoints (Nemotron-H, Falcon-H1, Granite-4.0-H) carry
+/// `"time_step_limit": [0.0, Infinity]`.
+const PYTHON_CONSTANTS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+
+/// `text` with each of `PYTHON_CONSTANTS` outside a string replaced by `null`, so the file SGLang
+/// reads is read here too. No field the rules read holds a float; the kept copy stays as written.
+fn python_constants_as_null(text: &str) -> std::borrow::Cow<'_, str> {
+    if !PYTHON_CONSTANTS.iter().any(|c| text.contains(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let (mut out, mut rest, mut in_string, mut escaped) = (String::with_capacity(text.len()), text, false, false);
+    while let Some(c) = rest.chars().next() {
+        let constant = (!in_string).then(|| PYTHON_CONSTANTS.iter().find(|k| rest.starts_with(*k))).flatten();
+        if let Some(k) = constant {
+            out.push_str("null");
+            rest = &rest[k.len()..];
+            continue;
+        }
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            _ => {}
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The parts of a Hugging Face `config.json` that decide the KV pool kind.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct HfConfig {
@@ -308,7 +339,7 @@ impl HfConfig {
     }
 
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::Json(e.to_string()))?;
+        let value: Value = serde_json::from_str(&python_constants_as_null(text)).map_err(|e| ConfigError::Json(e.to_string()))?;
         let top = value.as_object().ok_or(ConfigError::NotObject)?;
         let architectures: Vec<String> = top
             .get("architectures")
@@ -565,5 +596,17 @@ mod tests {
         assert!(matches!(HfConfig::parse("{"), Err(ConfigError::Json(_))));
         assert_eq!(HfConfig::parse("[]"), Err(ConfigError::NotObject));
         assert_eq!(HfConfig::parse("{\"architectures\": []}"), Err(ConfigError::NoArchitectures));
+    }
+
+    #[test]
+    fn python_json_constants_are_read_as_pythons_json_reads_them() {
+        // Nemotron-H's published config.json, the part that stopped the reader.
+        let cfg = r#"{"architectures": ["NemotronHForCausalLM"], "time_step_limit": [0.0, Infinity], "x": -Infinity, "y": NaN,
+                      "note": "NaN and Infinity in a \"string\" stay", "num_attention_heads": 40, "num_key_value_heads": 8}"#;
+        let parsed = HfConfig::parse(cfg).expect("Python's json reads this file");
+        assert_eq!((parsed.architectures[0].as_str(), parsed.num_key_value_heads), ("NemotronHForCausalLM", Some(8)));
+        assert_eq!(python_constants_as_null(r#"{"a": "Infinity \" NaN", "b": [Infinity]}"#), r#"{"a": "Infinity \" NaN", "b": [null]}"#);
+        // A bare word Python's json refuses stays refused.
+        assert!(matches!(HfConfig::parse(r#"{"architectures": ["X"], "a": inf}"#), Err(ConfigError::Json(_))));
     }
 }
