@@ -43,8 +43,8 @@ metadata:
   annotations: {kwok.x-k8s.io/node: fake}
   labels: {type: kwok, kubernetes.io/os: linux, kubernetes.io/arch: amd64, kubernetes.io/hostname: kwok-gpu-$i, nvidia.com/gpu.present: "true"}
 status:
-  capacity: {cpu: "128", memory: 1Ti, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
-  allocatable: {cpu: "128", memory: 1Ti, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
+  capacity: {cpu: "128", memory: 1Ti, ephemeral-storage: 1Ti, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
+  allocatable: {cpu: "128", memory: 1Ti, ephemeral-storage: 1Ti, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
 NODE
   done
 }

@@ -109,6 +109,7 @@ wait_crds_established 60 crds/
 helm upgrade --install pd-operator charts/pd-operator --namespace "$OPERATOR_NS" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
   --set simImage.repository="${SIM_IMAGE%:*}" --set simImage.tag="${SIM_IMAGE##*:}" \
+  --set 'egress.hubEndpoints={https://huggingface.co,http://*.svc:8080}' \
   --wait --timeout 5m >/dev/null
 if [ "${PD_KIND_SUITE:-e2e}" = bench-planner ]; then
   log "running tests/bench_planner.rs against the cluster (PD_BENCH_RUNS=${PD_BENCH_RUNS:-both})"

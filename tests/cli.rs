@@ -92,6 +92,28 @@ fn validate_reads_a_configmap_referenced_by_the_spec() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("LlamaForCausalLM, GQA"));
 }
 
+/// A spec that never met the CRD's schema (a file, a direct webhook call) with counts past every
+/// bound: an overflowing product and a divisor search over 4·10^9 once panicked or hung `validate`.
+#[test]
+fn validate_answers_counts_past_the_schema_with_findings_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("huge.yaml");
+    for (decode, field) in [
+        ("{attnDp: 65536, attnCp: 65536}", "spec.decode.parallelism.attnDp"),
+        ("{tp: 4294967291, dcp: 4294967290}", "spec.decode.parallelism.tp"),
+    ] {
+        let doc = format!(
+            "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: huge}}\nspec:\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  prefill: {{parallelism: {{tp: 8}}}}\n  decode: {{parallelism: {decode}}}\n"
+        );
+        std::fs::write(&f, doc).unwrap();
+        let o = run(&["validate", "-f", f.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{decode}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains(&format!("huge: {field}: ")) && out.contains("above the largest this operator accepts"), "{decode}: {out}");
+        assert!(!text(&o).contains("panicked"), "{}", text(&o));
+    }
+}
+
 #[test]
 fn render_refuses_invalid_specs_and_prints_valid_ones() {
     let o = run(&["render", "-f", "examples/qwen-dcp2-mistake.yaml"]);

@@ -17,26 +17,102 @@ fn chart() -> String {
 /// (get, create, patch) and deleting leftovers.
 const CHILD_VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
 
+/// The documents `helm template` renders from `template` with `--set` values `set`.
+fn templated(template: &str, set: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["template", "rel", &*Box::leak(chart().into_boxed_str()), "--kube-version", KUBE_VERSION, "--namespace", "ops"];
+    args.extend(["--show-only", template]);
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    let o = cluster().helm(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_norway::Deserializer::from_slice(&o.stdout).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect()
+}
+
+/// Whether an RBAC object's rules grant `verb` on `plural` of `group`.
+fn grants(role: &serde_json::Value, group: &str, plural: &str, verb: &str) -> bool {
+    let has = |v: &serde_json::Value, x: &str| v.as_array().is_some_and(|a| a.iter().any(|e| e == x || e == "*"));
+    let rules = role["rules"].as_array().cloned().unwrap_or_default();
+    rules.iter().any(|r| has(&r["apiGroups"], group) && has(&r["resources"], plural) && has(&r["verbs"], verb))
+}
+
+/// Every namespaced resource the controller works with: the child kinds, pods, and its own.
+fn namespaced_resources() -> Vec<(&'static str, &'static str)> {
+    let own = [("", "pods"), ("pd.inference.dev", "pddeployments"), ("", "secrets"), ("events.k8s.io", "events")];
+    pd_core::children::KINDS.iter().map(|k| (k.group, k.plural)).chain(own).collect()
+}
+
 #[test]
 fn the_charts_cluster_role_grants_every_child_kind_what_the_controller_does_with_it() {
-    let o = cluster().helm(&["template", "rel", &chart(), "--kube-version", KUBE_VERSION, "--show-only", "templates/rbac.yaml"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let docs: Vec<serde_json::Value> =
-        serde_norway::Deserializer::from_slice(&o.stdout).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let docs = templated("templates/rbac.yaml", &[]);
     let role = docs.iter().find(|d| d["kind"] == "ClusterRole").expect("the chart has a ClusterRole");
-    let rules = role["rules"].as_array().unwrap();
-    let grants = |group: &str, plural: &str, verb: &str| {
-        let has = |v: &serde_json::Value, x: &str| v.as_array().is_some_and(|a| a.iter().any(|e| e == x));
-        rules.iter().any(|r| has(&r["apiGroups"], group) && has(&r["resources"], plural) && has(&r["verbs"], verb))
-    };
     let kinds = pd_core::children::KINDS.iter().map(|k| (k.group, k.plural)).chain([("", "pods")]);
     for (group, plural) in kinds {
         for verb in CHILD_VERBS {
-            assert!(grants(group, plural, verb), "the chart's ClusterRole does not grant {verb} on {plural} ({group:?})");
+            assert!(grants(role, group, plural, verb), "the chart's ClusterRole does not grant {verb} on {plural} ({group:?})");
         }
     }
-    // The Hub token a model source names, read by name only.
-    assert!(grants("", "secrets", "get") && !grants("", "secrets", "list"), "{rules:?}");
+    // No Secret anywhere: a Hub source's token reaches only the reading Job's pod, by reference
+    // (`model_read`), so a PDDeployment cannot make the operator read a Secret of any namespace.
+    for verb in ["get", "list", "watch"] {
+        assert!(!grants(role, "", "secrets", verb), "the chart's ClusterRole grants {verb} on Secrets: {role:?}");
+    }
+}
+
+/// Attack: with `watchNamespace` set the operator held every namespaced right in every
+/// namespace (a ClusterRole), so a compromised operator reached tenants it never served.
+#[test]
+fn with_watch_namespace_no_cluster_role_grants_a_namespaced_resource() {
+    let docs = templated("templates/rbac.yaml", &["watchNamespace=ml"]);
+    for role in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
+        for (group, plural) in namespaced_resources() {
+            for verb in ["get", "list", "watch", "create", "patch", "update", "delete"] {
+                assert!(!grants(role, group, plural, verb), "a ClusterRole grants {verb} on {plural} ({group:?}): {role}");
+            }
+        }
+        // What stays cluster-wide: the nodes the placement reads, the webhook's registration.
+        assert!(grants(role, "", "nodes", "list"), "{role}");
+    }
+    let role = docs.iter().find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "ml").expect("a Role in the watched namespace");
+    for (group, plural) in pd_core::children::KINDS.iter().map(|k| (k.group, k.plural)).chain([("", "pods")]) {
+        for verb in CHILD_VERBS {
+            assert!(grants(role, group, plural, verb), "the watched namespace's Role does not grant {verb} on {plural} ({group:?})");
+        }
+    }
+    let binding = docs.iter().find(|d| d["kind"] == "RoleBinding" && d["metadata"]["namespace"] == "ml").expect("its RoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    // The webhook reviews only the namespace whose ConfigMaps the operator may read.
+    let webhook = templated("templates/webhook.yaml", &["watchNamespace=ml"]);
+    assert_eq!(webhook[0]["webhooks"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "ml");
+}
+
+/// Attack: any pod of the cluster could open connections to the operator's pods on any port.
+#[test]
+fn the_operators_pods_take_connections_only_on_the_webhook_and_metrics_ports() {
+    let docs = templated("templates/networkpolicy.yaml", &[]);
+    let spec = &docs[0]["spec"];
+    assert_eq!(spec["podSelector"]["matchLabels"]["app.kubernetes.io/instance"], "rel");
+    assert_eq!(spec["policyTypes"], serde_json::json!(["Ingress"]), "egress stays open (the apiserver cannot be selected portably)");
+    let ports: Vec<i64> = spec["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ports, [9443, 8080]);
+    let off = cluster().helm(&[
+        "template",
+        "rel",
+        &chart(),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "networkPolicy.enabled=false",
+        "--show-only",
+        "templates/networkpolicy.yaml",
+    ]);
+    assert!(!off.status.success(), "networkPolicy.enabled=false still renders a policy");
 }
 
 #[test]
@@ -235,4 +311,53 @@ impl Drop for Uninstall {
     fn drop(&mut self) {
         let _ = cluster().helm(&["uninstall", &self.0, "-n", &self.1]);
     }
+}
+
+/// Attack: the operator may create Roles and RoleBindings (for its sidecars, fetch Jobs and
+/// routers), and RBAC lets it grant all it holds: a compromised operator could hand its Secret
+/// reads to any identity. The chart's admission policies let it write only the three shapes.
+#[test]
+fn the_operator_can_write_only_the_roles_its_pddeployments_need() {
+    let ns = TestNamespace::new("chart-vap");
+    let rel = helm_install(&ns, &["--set", "replicaCount=0"]);
+    let full = format!("{rel}-pd-operator");
+    let _uninstall = scopeguard(rel, ns.name.clone());
+    let kubeconfig = token_kubeconfig(&ns.name, &full);
+    let as_operator = |yaml: String| {
+        cluster().kubectl_stdin(&["--kubeconfig", kubeconfig.to_str().unwrap(), "apply", "--server-side", "-n", &ns.name, "-f", "-"], &yaml)
+    };
+    let role = |name: &str, group: &str, resource: &str, verbs: &str, names: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n- {{apiGroups: [\"{group}\"], resources: [{resource}], verbs: [{verbs}]{names}}}\n"
+        )
+    };
+    // RBAC alone lets the operator grant Secret reads (it holds them): the policy refuses.
+    wait_for(Duration::from_secs(30), "the policy to refuse a Role granting Secret reads", || {
+        let o = as_operator(role("m-router", "", "secrets", "get", ""));
+        let t = text(&o);
+        (!o.status.success() && t.contains("pd-operator may write only the Roles")).then_some(()).ok_or(t)
+    });
+    let o = as_operator(role("m-handshake", "", "pods/status", "get, patch", ", resourceNames: [other-pod]"));
+    assert!(!o.status.success(), "a sidecar Role naming a pod of another PDDeployment was written: {}", text(&o));
+    let binding = |name: &str, kind: &str, role: &str, subject: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: {kind}, name: {role}}}\nsubjects:\n{subject}\n"
+        )
+    };
+    let user = "- {apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}";
+    let o = as_operator(binding("m-handshake", "Role", "m-handshake", user));
+    assert!(!o.status.success(), "a binding to a user was written: {}", text(&o));
+    let o =
+        as_operator(binding("m-router", "ClusterRole", "view", &format!("- {{kind: ServiceAccount, name: m, namespace: {}}}", ns.name)));
+    assert!(!o.status.success(), "a binding to a ClusterRole was written: {}", text(&o));
+    // What the operator does render passes.
+    let o = as_operator(role("m-handshake", "", "pods/status", "get, patch", ", resourceNames: [m-decode-0-0, m-decode-1-0-s1]"));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = as_operator(role("m-model-fetch", "batch", "jobs", "get, patch", ", resourceNames: [model-fetch-0123456789]"));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = as_operator(role("m-router", "", "pods", "get, list, watch", ""));
+    assert!(o.status.success(), "{}", text(&o));
+    let sa = format!("- {{kind: ServiceAccount, name: m-decode, namespace: {}}}", ns.name);
+    let o = as_operator(binding("m-handshake", "Role", "m-handshake", &sa));
+    assert!(o.status.success(), "{}", text(&o));
 }

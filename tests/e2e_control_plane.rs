@@ -110,7 +110,7 @@ fn each_model_source_renders_pods_the_apiserver_accepts_and_cel_wants_exactly_on
         "{pvc: {claimName: weights, path: qwen3-8b}}",
         "{image: {reference: 'registry.example/models/qwen3-8b:1', pullPolicy: IfNotPresent}}",
         "{hostPath: {path: /mnt/models/qwen3-8b}}",
-        "{huggingFace: {repo: Qwen/Qwen3-8B, revision: main, endpoint: 'http://hub-mirror:8080', tokenSecretRef: {name: hf}}}",
+        "{huggingFace: {repo: Qwen/Qwen3-8B, revision: main, tokenSecretRef: {name: hf}}}",
     ] {
         let file = dir.path().join("src.yaml");
         std::fs::write(&file, sourced(source)).unwrap();

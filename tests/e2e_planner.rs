@@ -279,8 +279,8 @@ impl LoopbackNode {
             "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  annotations: {{kwok.x-k8s.io/node: fake}}\n  \
              labels: {{type: kwok, kubernetes.io/hostname: {name}, nvidia.com/gpu.present: 'true', pd-test/loopback: {ns}}}\n\
              spec:\n  podCIDR: {cidr}\n  taints: [{{key: pd-test/loopback, value: {ns}, effect: NoSchedule}}]\n\
-             status:\n  capacity: {{cpu: '32', memory: 256Gi, pods: '20', nvidia.com/gpu: '8'}}\n  \
-             allocatable: {{cpu: '32', memory: 256Gi, pods: '20', nvidia.com/gpu: '8'}}\n",
+             status:\n  capacity: {{cpu: '32', memory: 256Gi, ephemeral-storage: 1Ti, pods: '20', nvidia.com/gpu: '8'}}\n  \
+             allocatable: {{cpu: '32', memory: 256Gi, ephemeral-storage: 1Ti, pods: '20', nvidia.com/gpu: '8'}}\n",
             ns = ns.name
         );
         let o = cluster().kubectl_stdin(&["apply", "-f", "-"], &yaml);

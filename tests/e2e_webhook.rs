@@ -136,6 +136,43 @@ fn gang_workload_is_denied_at_admission_where_the_gang_api_is_not_served() {
     }
 }
 
+fn egress_spec(prometheus: &str, source: &str) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: egress}}\nspec:\n  model: {{path: Qwen/Qwen3-8B{source}}}\n  \
+         kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}}}\n  decode: {{parallelism: {{tp: 8}}}}\n  \
+         scaling: {{prefill: {{minReplicas: 1, maxReplicas: 2}}, decode: {{minReplicas: 1, maxReplicas: 2}}}}\n  \
+         autoscaling: {{mode: Recommend, prometheus: {{url: '{prometheus}'}}, slo: {{ttftP90Seconds: 1}}}}\n"
+    )
+}
+
+/// A tenant naming the cloud metadata address, or a host the platform did not list, as its
+/// Prometheus or Hub is denied at admission with the field, the platform's list and the fix, and
+/// nothing is stored: the operator never queries it (on main it queried it every
+/// `intervalSeconds` and copied the answer into the status). An in-cluster Service is admitted.
+#[test]
+fn addresses_the_platform_did_not_allow_are_denied_at_admission() {
+    let ns = TestNamespace::new("wh-egress");
+    let (_reg, _ctl, _) = start(&ns);
+    let metadata = egress_spec("http://169.254.169.254/latest/meta-data/", "");
+    denied(&ns, &metadata, "spec.autoscaling.prometheus.url: host 169.254.169.254 is a link-local address");
+    let internal = egress_spec("http://10.0.0.1:9090", "");
+    let err = denied(
+        &ns,
+        &internal,
+        "spec.autoscaling.prometheus.url: http://10.0.0.1:9090 is not among the Prometheus hosts this operator may reach (*.svc, *.svc.cluster.local, http://127.0.0.1)",
+    );
+    assert!(err.contains("(fix: ask the platform team to add it with the chart value egress.prometheusHosts"), "{err}");
+    let hub = egress_spec(
+        "http://prometheus-operated.monitoring.svc:9090",
+        ", source: {huggingFace: {repo: Qwen/Qwen3-8B, endpoint: 'http://metadata.google.internal'}}",
+    );
+    denied(&ns, &hub, "spec.model.source.huggingFace.endpoint: host metadata.google.internal is a cloud metadata service's name");
+    assert!(ns.get_json("pdd", "egress").is_err(), "a denied object must not be stored");
+    let allowed = egress_spec("http://prometheus-operated.monitoring.svc:9090", "");
+    let o = ns.apply(&allowed);
+    assert!(o.status.success(), "an in-cluster Prometheus is admitted: {}", text(&o));
+}
+
 fn custom(config_map: &str) -> String {
     format!(
         "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: custom}}\nspec:\n  model: {{path: /models/custom, configMapRef: {{name: {config_map}}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}}}\n  decode: {{parallelism: {{tp: 8, dcp: 2}}}}\n"
@@ -244,32 +281,108 @@ fn two_replicas_started_together_agree_on_one_ca_every_time() {
     }
 }
 
-/// A Hub source's own config.json decides at admission: the seed's GQA + `dcp: 2` mistake is
-/// refused for a fine-tune the catalogue does not know, its MLA twin is admitted, and a Hub that
-/// cannot be reached is a warning (the controller's gate holds).
+/// A Hub source's config.json is not read at admission: the webhook makes no request (the
+/// stand-in Hub sees none) and admits with a warning that the controller judges it once a Job
+/// read it; once the controller keeps it, an update is judged on it (the seed's GQA + `dcp: 2`
+/// mistake refused for a fine-tune the catalogue does not know). kwok runs no container: the
+/// reading pod ends with what the real reader said (`common::hub::seeded`).
 #[test]
-fn a_hub_sources_config_json_decides_admission_and_an_unreachable_hub_is_a_warning() {
-    use common::hub::{HubStandIn, fixtures, spec};
+fn a_hub_source_is_admitted_unread_with_a_warning_then_judged_on_the_kept_copy() {
+    use common::hub::{HubStandIn, fixtures, seeded, spec};
     let ns = TestNamespace::new("wh-hub");
     let hub = HubStandIn::start(fixtures());
     let (_reg, _ctl, _) = start(&ns);
-    let err = denied(
-        &ns,
-        &spec("gqa", &hub.endpoint, "acme/qwen3-ft", "", "{tp: 8, dcp: 2}"),
-        "PD decode DCP requires an MLA or hybrid-MLA KV pool.",
+    let gqa = spec("gqa", &hub.endpoint, "acme/qwen3-ft", "", "{tp: 8}");
+    let read = seeded(&gqa, None);
+    let reads_here = hub.requests().len();
+    // The apiserver picks up the registration asynchronously: dry runs until the webhook answers.
+    let o = wait_for(Duration::from_secs(30), "the webhook's warning", || {
+        let o = cluster().kubectl_stdin(&["apply", "--dry-run=server", "-n", &ns.name, "-f", "-"], &read);
+        let t = text(&o);
+        (o.status.success() && t.contains("Warning:")).then_some(t.clone()).ok_or(t)
+    });
+    let applied = ns.apply(&read);
+    assert!(applied.status.success(), "{}", text(&applied));
+    let url = format!("{}/acme/qwen3-ft/resolve/main/config.json", hub.endpoint);
+    assert!(
+        o.contains(&format!("Warning: spec.model.source.huggingFace: the config.json has not been read yet: {url} is read in the cluster")),
+        "{o}"
     );
+    assert_eq!(hub.requests().len(), reads_here, "the webhook made a request: {:?}", hub.requests());
+    wait_for(Duration::from_secs(60), "gqa-model-config kept", || ns.get_json("configmap", "gqa-model-config").map(|_| ()));
+    let mistake = read.replace("decode: {parallelism: {tp: 8}}", "decode: {parallelism: {tp: 8, dcp: 2}}");
+    let err = denied(&ns, &mistake, "PD decode DCP requires an MLA or hybrid-MLA KV pool.");
     assert!(err.contains("spec.decode.parallelism.dcp"), "{err}");
-    assert!(hub.requests().contains(&"GET /acme/qwen3-ft/resolve/main/config.json 200".to_owned()), "{:?}", hub.requests());
-    assert!(ns.get_json("pdd", "gqa").is_err(), "nothing stored");
-    let o = ns.apply(&spec("mla", &hub.endpoint, "acme/dsv3-ft", "", "{tp: 8, dcp: 2}"));
+    assert_eq!(hub.requests().len(), reads_here, "{:?}", hub.requests());
+}
+
+/// Today's attack on an admission webhook that reads what a spec names: an AdmissionReview
+/// posted straight to the webhook's port, its object in namespace `victim` with a Hub source
+/// at a host we own and `tokenSecretRef` naming the victim's database password. The webhook
+/// reads no Secret and connects nowhere (the listener we own accepts nothing), and denies the
+/// review for the namespace it names; the same source in the request's own namespace, even as
+/// a server-side dry run through the apiserver, is admitted with the unread warning, still
+/// without a connection.
+#[test]
+fn a_review_naming_another_namespace_and_a_secret_reaches_neither() {
+    let ns = TestNamespace::new("wh-attack");
+    let victim = TestNamespace::new("wh-victim");
+    let o = cluster().kubectl(&["create", "secret", "generic", "db", "-n", &victim.name, "--from-literal=password=hunter2"]);
     assert!(o.status.success(), "{}", text(&o));
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let o = ns.apply(&spec("far", &dead, "acme/dsv3-ft", "", "{tp: 8}"));
-    assert!(o.status.success(), "{}", text(&o));
-    let warning =
-        format!("Warning: spec.model.source.huggingFace: GET {dead}/acme/dsv3-ft/resolve/main/config.json: the Hub could not be reached");
-    assert!(text(&o).contains(&warning), "{}", text(&o));
-    assert!(text(&o).contains("the controller creates no engine pod until it reads it"), "{}", text(&o));
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let endpoint = format!("http://{}", trap.local_addr().unwrap());
+    let (_reg, _ctl, port) = start(&ns);
+    let object = |object_ns: &str| {
+        serde_json::json!({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment",
+            "metadata": {"name": "steal", "namespace": object_ns},
+            "spec": {"model": {"path": "a/b", "source": {"huggingFace": {"repo": "a/b", "endpoint": endpoint,
+                "tokenSecretRef": {"name": "db", "key": "password"}}}},
+                "kvTransfer": {"pageSize": 64}, "prefill": {"parallelism": {"tp": 8}}, "decode": {"parallelism": {"tp": 8}}}})
+    };
+    let review = |object_ns: &str| {
+        serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "pd.inference.dev", "version": "v1alpha1", "kind": "PDDeployment"},
+                "resource": {"group": "pd.inference.dev", "version": "v1alpha1", "resource": "pddeployments"},
+                "name": "steal", "namespace": ns.name, "operation": "CREATE", "userInfo": {}, "object": object(object_ns), "dryRun": true}})
+        .to_string()
+    };
+    let post = |body: String| {
+        let o = std::process::Command::new("curl")
+            .args(["-sk", "--max-time", "10", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", "@-"])
+            .arg(format!("https://127.0.0.1:{port}/validate"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                std::io::Write::write_all(c.stdin.as_mut().unwrap(), body.as_bytes())?;
+                drop(c.stdin.take());
+                c.wait_with_output()
+            })
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    };
+    let nothing_reached = |when: &str| match trap.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("{when}: the webhook connected to the host the spec named: {other:?}"),
+    };
+    let r = post(review(&victim.name));
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    let message = r["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("metadata.namespace: \"{}\" is not the request's namespace \"{}\"", victim.name, ns.name)), "{r}");
+    nothing_reached("the review naming another namespace");
+    let r = post(review(&ns.name));
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    assert!(r["response"]["warnings"].to_string().contains("the config.json has not been read yet"), "{r}");
+    nothing_reached("the review in its own namespace");
+    let yaml = serde_json::to_string(&object(&ns.name)).unwrap();
+    let o = wait_for(Duration::from_secs(30), "a server-side dry run with the webhook's warning", || {
+        let o = cluster().kubectl_stdin(&["apply", "--dry-run=server", "-n", &ns.name, "-f", "-"], &yaml);
+        let t = text(&o);
+        (o.status.success() && t.contains("has not been read yet")).then_some(t.clone()).ok_or(t)
+    });
+    assert!(o.contains("Warning: spec.model.source.huggingFace"), "{o}");
+    nothing_reached("the dry run through the apiserver");
 }
 
 /// After SIGTERM the webhook keeps judging for its drain (`--webhook-drain`), /readyz saying so,
@@ -305,4 +418,29 @@ fn after_sigterm_the_webhook_keeps_judging_through_its_drain_then_exits_cleanly(
     let status = ctl.wait_exit(Duration::from_secs(15)).unwrap_or_else(|| panic!("still running 15 s after SIGTERM:\n{}", ctl.log_tail()));
     assert!(status.success(), "exit after SIGTERM: {status}");
     assert!(stopped.elapsed() >= DRAIN, "stopped after {:?}, before its drain", stopped.elapsed());
+}
+
+/// A Qwen pair of two-pod instances (tp 8 over 4-GPU nodes), `replicas` of them on the decode.
+fn many_decodes(replicas: u32) -> String {
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: many}}\nspec:\n  model: {{path: Qwen/Qwen3-32B}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8}}, gpusPerNode: 4}}\n  decode: {{replicas: {replicas}, parallelism: {{tp: 8}}, gpusPerNode: 4}}\n"
+    )
+}
+
+/// Today's main admits `replicas: 100000`, and its controller renders every pod in memory until it
+/// is killed. The CRD's maximum refuses that count; one within it that still asks for more pods
+/// than the operator allows is refused by the webhook, with the count.
+#[test]
+fn a_spec_asking_for_more_pods_than_the_operator_allows_is_denied_with_the_count() {
+    let ns = TestNamespace::new("wh-pods");
+    let (_reg, _ctl, _) = start_with(&ns, &["--max-pods-per-deployment", "100"]);
+    let o = ns.apply(&many_decodes(100_000));
+    assert!(!o.status.success(), "replicas 100000 admitted: {}", text(&o));
+    assert!(text(&o).contains("100000"), "{}", text(&o));
+    let err = denied(&ns, &many_decodes(1000), "spec asks for 2002 engine pods");
+    assert!(err.contains("decode 1000 instances x 2 nodes"), "{err}");
+    assert!(err.contains("this operator allows at most 100 per PDDeployment (operator flag --max-pods-per-deployment"), "{err}");
+    assert!(ns.get_json("pdd", "many").is_err(), "a denied object must not be stored");
+    let o = ns.apply(&many_decodes(40));
+    assert!(o.status.success(), "82 pods are within the limit: {}", text(&o));
 }

@@ -135,7 +135,7 @@ fn decode_pp_one_or_prefill_pp() {
     good.decode.parallelism.pp = 2;
     let mut bad = good.clone();
     bad.decode.parallelism.pp = 4;
-    bad.decode.gpus_per_node = 32;
+    bad.decode.gpus_per_node = 16;
     case("decode-pp", good, bad, "spec.decode.parallelism.pp", "Decode pp size (4) should be equal to prefill pp size (2) or 1");
 }
 

@@ -59,7 +59,7 @@ pub struct AutoscalingSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusSource {
-    /// Base URL, e.g. `http://prometheus-operated.monitoring:9090` (`/api/v1/query` is appended);
+    /// Base URL, e.g. `http://prometheus-operated.monitoring.svc:9090` (`/api/v1/query` is appended);
     /// plain HTTP only.
     #[schemars(regex(pattern = r"^http://"))]
     pub url: String,

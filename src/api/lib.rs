@@ -16,10 +16,12 @@ use serde::{Deserialize, Serialize};
 
 mod autoscaling;
 pub mod conditions;
+pub mod limits;
 mod scaling;
 pub use autoscaling::{
     AutoscalingMode, AutoscalingSpec, AutoscalingStatus, LoadThresholds, Observed, PrometheusSource, RoleRecommendation, SloTargets,
 };
+use limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE, MAX_ROUTER_REPLICAS};
 pub use scaling::{PDRole, PDRoleSpec, PDRoleStatus, RatioBand, RoleLimits, RoleName, ScalingSpec, role_object_name};
 
 /// The group and version are written once, as macros, so `API_VERSION` can be joined at compile time.
@@ -79,7 +81,7 @@ pub struct PDDeploymentSpec {
     /// How many times the declared prefill:decode unit runs: each role runs `replicas` times its
     /// own `replicas` instances. The `/scale` subresource's replicas (`kubectl scale`, HPA, KEDA).
     #[serde(default = "one_i32")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_INSTANCES))]
     pub replicas: i32,
     /// Which engine runs the pods. `sim` runs pd-operator's GPU-free stand-in instead of SGLang.
     #[serde(default)]
@@ -370,7 +372,7 @@ pub struct KvTransferSpec {
     /// `--page-size`, one value for both roles. Required: SGLang resolves it per backend and GPU
     /// otherwise, and a mismatch fails the handshake.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_PAGE_SIZE))]
     pub page_size: Option<u32>,
     /// `--kv-cache-dtype`.
     #[serde(default)]
@@ -542,13 +544,13 @@ impl RoleSpec {
 pub struct RoleSpec {
     /// Number of engine instances (one SGLang server each).
     #[serde(default = "one_i32")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_INSTANCES))]
     pub replicas: i32,
     #[serde(default)]
     pub parallelism: Parallelism,
     /// GPUs on one node; an instance spans `tp*pp/gpusPerNode` pods when larger.
     #[serde(default = "default_gpus_per_node")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_GPUS_PER_NODE))]
     pub gpus_per_node: u32,
     /// `--enable-kv-cache-sharding` (prefill only in SGLang).
     #[serde(default)]
@@ -610,31 +612,32 @@ fn default_gpus_per_node() -> u32 {
 #[x_kube(validation = kube::core::Rule::new("self.tp % (self.attnDp * self.attnCp) == 0").message("tp_size must be divisible by attn_dp_size * attn_cp_size: tp must be a multiple of attnDp × attnCp").field_path(".tp"))]
 #[x_kube(validation = kube::core::Rule::new("self.tp % self.dcp == 0").message("tensor_model_parallel_size must be divisible by decode_context_parallel_size: tp must be a multiple of dcp").field_path(".dcp"))]
 #[x_kube(validation = kube::core::Rule::new("!(self.dp > 1 && self.attnDp > 1)").message("data-parallel replicas combined with attention data parallelism are not supported: set dp or attnDp to 1").field_path(".dp"))]
+#[x_kube(validation = kube::core::Rule::new(format!("self.tp * self.pp * self.dp <= {}", limits::MAX_GPUS_PER_INSTANCE)).message(kube::core::Message::Message(format!("an instance may use at most {} GPUs (tp × pp × dp)", limits::MAX_GPUS_PER_INSTANCE))).field_path(".tp"))]
 #[x_kube(validation = kube::core::Rule::new("!(self.dcp > 1 && self.attnCp > 1)").message("--dcp-size > 1 does not support --enable-prefill-cp.").field_path(".dcp"))]
 pub struct Parallelism {
     /// `--tp-size`: GPUs per engine instance and pipeline stage.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL_SIZE))]
     pub tp: u32,
     /// `--dp-size`: independent replicas inside one instance.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL_SIZE))]
     pub dp: u32,
     /// `--attn-dp-size`: attention data-parallel groups inside the TP group.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL_SIZE))]
     pub attn_dp: u32,
     /// `--pp-size`: pipeline stages.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL_SIZE))]
     pub pp: u32,
     /// `--attn-cp-size`: attention context parallelism (prefill only, with `cpStrategy`).
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL_SIZE))]
     pub attn_cp: u32,
     /// `--dcp-size`: decode context parallelism (MLA and hybrid-MLA models only).
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL_SIZE))]
     pub dcp: u32,
     /// `--cp-strategy`, required with `attnCp > 1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -653,9 +656,9 @@ impl Parallelism {
         let groups = self.attn_dp.saturating_mul(self.attn_cp);
         self.tp.checked_div(groups).unwrap_or(0)
     }
-    /// GPUs one instance uses.
+    /// GPUs one instance uses; saturates instead of overflowing for widths past the schema's.
     pub fn gpus(&self) -> u64 {
-        u64::from(self.tp) * u64::from(self.pp) * u64::from(self.dp)
+        u64::from(self.tp).saturating_mul(u64::from(self.pp)).saturating_mul(u64::from(self.dp))
     }
 }
 
@@ -700,6 +703,10 @@ pub struct RoleTemplate {
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// Mounts the ServiceAccount token into the engine container; off unless true, since SGLang
+    /// calls no Kubernetes API (the decode sidecar gets its own token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -725,7 +732,7 @@ pub struct RouterSpec {
     #[serde(default = "yes")]
     pub enabled: bool,
     #[serde(default = "one_i32")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_ROUTER_REPLICAS))]
     pub replicas: i32,
     #[serde(default)]
     pub policy: RouterPolicy,
@@ -769,7 +776,7 @@ pub struct RolloutSpec {
     /// `maxUnavailable` says otherwise). 0 needs `maxSurge`: the role then never runs below its
     /// instance count.
     #[serde(default = "one_i32")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_INSTANCES))]
     pub max_unavailable: i32,
     /// Extra instances per role that an in-place rollout may bring up at the new revision before
     /// it takes old ones down (unless the role's own `maxSurge` says otherwise). They go once
@@ -866,7 +873,7 @@ pub enum SidecarUpdate {
 pub struct RoleRollout {
     /// Overrides `rollout.maxUnavailable` for this role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_INSTANCES))]
     pub max_unavailable: Option<i32>,
     /// Overrides `rollout.maxSurge` for this role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -876,7 +883,7 @@ pub struct RoleRollout {
     /// `partition` and up update). 0, the default: every instance updates. An instance below the
     /// partition that has to be recreated comes back at the new revision.
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_INSTANCES))]
     pub partition: i32,
 }
 

@@ -56,11 +56,11 @@ pub struct RoleLimits {
     /// Fewest instances (default 1). `0` lets the role scale to zero: the router stays up and
     /// answers requests with an error while a role has no instance (see docs/scaling.md).
     #[serde(default = "crate::one_i32")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::limits::MAX_INSTANCES))]
     pub min_replicas: i32,
     /// Most instances. Unset: no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::limits::MAX_INSTANCES))]
     pub max_replicas: Option<i32>,
 }
 
@@ -108,7 +108,7 @@ pub struct PDRoleSpec {
     /// Instances of the role asked for (the `/scale` subresource's replicas). Removing the field
     /// hands the count back to the PDDeployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::limits::MAX_INSTANCES))]
     pub replicas: Option<i32>,
 }
 

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, KeyToPath, Pod, PodSpec, ResourceRequirements, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, Pod, PodSpec, ResourceRequirements,
+    SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -22,6 +23,11 @@ pub const SHIM: &str = include_str!("dryrun/shim.py");
 const SHIM_KEY: &str = "shim.py";
 const SHIM_DIR: &str = "/pd-dry-run";
 const MODEL_DIR: &str = "/pd-dry-run-model";
+/// The one writable directory of the dry-run container (its root file system is read-only):
+/// `HOME` and `TMPDIR`, where the shim writes the model's config.json per process and torch and
+/// Triton keep their caches.
+const SCRATCH_DIR: &str = "/tmp";
+const SCRATCH_SIZE: &str = "1Gi";
 /// The variable that hands the shim its input (the processes).
 pub const INPUT_ENV: &str = "PD_DRY_RUN_INPUT";
 /// `pd.inference.dev/role` of the dry-run pod.
@@ -144,13 +150,24 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
     let image = render::engine_image(spec, opts);
     let key = render::short_hash(&serde_json::json!({"image": image, "input": input_json, "config": config, "source": spec.model.source}));
     let mut env = vec![EnvVar { name: INPUT_ENV.into(), value: Some(input_json), ..Default::default() }];
+    env.extend(["HOME", "TMPDIR"].map(|n| EnvVar { name: n.into(), value: Some(SCRATCH_DIR.into()), ..Default::default() }));
     env.extend(from_pod);
-    let mut mounts = vec![VolumeMount { name: "shim".into(), mount_path: SHIM_DIR.into(), read_only: Some(true), ..Default::default() }];
-    let mut volumes = vec![Volume {
-        name: "shim".into(),
-        config_map: Some(ConfigMapVolumeSource { name: shim_config_name(name), ..Default::default() }),
-        ..Default::default()
-    }];
+    let mut mounts = vec![
+        VolumeMount { name: "shim".into(), mount_path: SHIM_DIR.into(), read_only: Some(true), ..Default::default() },
+        VolumeMount { name: "scratch".into(), mount_path: SCRATCH_DIR.into(), ..Default::default() },
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "shim".into(),
+            config_map: Some(ConfigMapVolumeSource { name: shim_config_name(name), ..Default::default() }),
+            ..Default::default()
+        },
+        Volume {
+            name: "scratch".into(),
+            empty_dir: Some(EmptyDirVolumeSource { size_limit: Some(Quantity(SCRATCH_SIZE.into())), ..Default::default() }),
+            ..Default::default()
+        },
+    ];
     if let Some(r) = config {
         mounts.push(VolumeMount { name: "model-config".into(), mount_path: MODEL_DIR.into(), read_only: Some(true), ..Default::default() });
         let items = vec![KeyToPath { key: r.key.clone(), path: "config.json".into(), ..Default::default() }];
@@ -170,19 +187,51 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
         resources: Some(resources()),
         volume_mounts: Some(mounts),
         termination_message_policy: Some("File".into()),
+        security_context: Some(security_context(spec.prefill.template.security_context.as_ref())),
         ..Default::default()
     };
     Ok(Some(DryRun { pod: pod(pdd, (name, &ns), &key, container, volumes), key }))
 }
 
-/// A CPU-only container: no accelerator request. SGLang's import with torch needs a few GB.
+/// A CPU-only container: no accelerator request. SGLang's import with torch needs a few GB of
+/// memory; the image's layers are the node's, so ephemeral storage covers only the scratch
+/// directory and the logs.
 fn resources() -> ResourceRequirements {
     let q = |s: &str| Quantity(s.into());
     ResourceRequirements {
-        requests: Some(BTreeMap::from([("cpu".into(), q("500m")), ("memory".into(), q("2Gi"))])),
-        limits: Some(BTreeMap::from([("memory".into(), q("8Gi"))])),
+        requests: Some(BTreeMap::from([("cpu".into(), q("500m")), ("memory".into(), q("2Gi")), ("ephemeral-storage".into(), q("256Mi"))])),
+        limits: Some(BTreeMap::from([("cpu".into(), q("2")), ("memory".into(), q("8Gi")), ("ephemeral-storage".into(), q("2Gi"))])),
         ..Default::default()
     }
+}
+
+/// The dry-run container's security settings, admitted by the `restricted` Pod Security
+/// Standard where the user's image allows it: no privilege escalation, no capability, the
+/// runtime's seccomp profile, a read-only root file system. The user it runs as is the prefill
+/// template's (`template.securityContext`: `runAsUser`, `runAsGroup`, `runAsNonRoot`), since
+/// SGLang's images run as root by default and `runAsNonRoot` alone would make the kubelet refuse
+/// them; what the engines need beyond that (privileged, `IPC_LOCK` for RDMA) the dry run does not.
+pub fn security_context(template: Option<&SecurityContext>) -> SecurityContext {
+    let t = template.cloned().unwrap_or_default();
+    let non_root = t.run_as_non_root.or_else(|| t.run_as_user.map(|u| u != 0).filter(|n| *n));
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+        privileged: None,
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: non_root,
+        seccomp_profile: t
+            .seccomp_profile
+            .filter(|p| p.type_ != "Unconfined")
+            .or_else(|| Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() })),
+        proc_mount: None,
+        ..t
+    }
+}
+
+/// The NetworkPolicy of PDDeployment `name`'s dry-run pods (`render::netpol`).
+pub fn policy_name(name: &str) -> String {
+    format!("{name}-dry-run")
 }
 
 /// The dry-run pod's name for a key.

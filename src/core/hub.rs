@@ -61,28 +61,20 @@ pub enum HubError {
     Token { url: String, message: String },
 }
 
-impl HubError {
-    /// The condition's reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::NotFound { .. } => "ConfigNotFound",
-            Self::NoToken { .. } | Self::TokenRefused { .. } => "Unauthorized",
-            Self::Status { .. } => "HubError",
-            Self::Invalid { .. } => "InvalidConfig",
-            Self::Unreachable { .. } => "HubUnreachable",
-            Self::Token { .. } => "TokenUnavailable",
-        }
-    }
+/// Every `HubError::reason`: the reasons a reader's message may give the condition.
+pub const REASONS: [&str; 6] = ["ConfigNotFound", "Unauthorized", "HubError", "InvalidConfig", "HubUnreachable", "TokenUnavailable"];
 
-    /// When to read again: soon after a failure that passes on its own, later after one the user
-    /// must fix (a Secret or a repository appearing wakes no reconcile).
-    pub fn retry_after(&self) -> Duration {
-        match self {
-            Self::Unreachable { .. } => Duration::from_secs(15),
-            Self::Status { status, .. } if *status == 429 || *status >= 500 => Duration::from_secs(15),
-            Self::Token { .. } => Duration::from_secs(30),
-            _ => Duration::from_secs(60),
-        }
+impl HubError {
+    /// The condition's reason (one of `REASONS`).
+    pub fn reason(&self) -> &'static str {
+        REASONS[match self {
+            Self::NotFound { .. } => 0,
+            Self::NoToken { .. } | Self::TokenRefused { .. } => 1,
+            Self::Status { .. } => 2,
+            Self::Invalid { .. } => 3,
+            Self::Unreachable { .. } => 4,
+            Self::Token { .. } => 5,
+        }]
     }
 }
 
@@ -140,14 +132,13 @@ pub fn config_map_name(name: &str) -> String {
 }
 
 /// Where a PDDeployment's config.json comes from, decided here once for the webhook, the
-/// controller, the engine dry run and `kubectl pd`: the spec's `configMapRef`, else a Hub
-/// source's own, else nowhere (the rules fall back on the catalogue; offline, `--model-config`).
+/// controller, the engine dry run and `kubectl pd`: the spec's `configMapRef`, else the source's
+/// own, else nowhere (the rules fall back on the catalogue; offline, `--model-config`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigSource {
     ConfigMap(ConfigMapKeyRef),
-    Hub(HubRequest),
-    /// A mounted source's, read by a Job in the cluster (`model_read`).
-    Volume(crate::model_read::VolumeRead),
+    /// A Hub or a mounted source's, read by a Job in the cluster (`model_read`).
+    Read(crate::model_read::SourceRead),
     Catalogue,
 }
 
@@ -155,11 +146,7 @@ pub fn config_source(model: &ModelSpec) -> ConfigSource {
     if let Some(r) = &model.config_map_ref {
         return ConfigSource::ConfigMap(r.clone());
     }
-    match (request(model), crate::model_read::request(model)) {
-        (Some(req), _) => ConfigSource::Hub(req),
-        (None, Some(read)) => ConfigSource::Volume(read),
-        (None, None) => ConfigSource::Catalogue,
-    }
+    crate::model_read::request(model).map_or(ConfigSource::Catalogue, ConfigSource::Read)
 }
 
 /// Why the ConfigMap `spec.model.configMapRef` names gave no config.json.
@@ -188,7 +175,7 @@ impl ConfigMapError {
 pub fn config_ref(name: &str, model: &ModelSpec) -> Option<ConfigMapKeyRef> {
     match config_source(model) {
         ConfigSource::ConfigMap(r) => Some(r),
-        ConfigSource::Hub(_) | ConfigSource::Volume(_) => Some(ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }),
+        ConfigSource::Read(_) => Some(ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }),
         ConfigSource::Catalogue => None,
     }
 }
@@ -225,23 +212,14 @@ pub struct Resolution {
 }
 
 impl Resolution {
-    pub fn read(req: &HubRequest, config_map: &str) -> Self {
-        let message = format!("{CONFIG_FILE} of {} read from {}, kept in ConfigMap {config_map}", req.repo, req.url);
-        Self { resolved: true, reason: "Resolved".into(), message }
-    }
-
-    pub fn failed(e: &HubError) -> Self {
-        let message = format!("{e}; no engine pod is created until it is read");
-        Self { resolved: false, reason: e.reason().into(), message }
-    }
-
-    /// A mounted source's config.json, read by the Job and kept.
-    pub fn read_from_volume(read: &crate::model_read::VolumeRead, config_map: &str) -> Self {
+    /// A source's config.json, read by the Job and kept.
+    pub fn read(read: &crate::model_read::SourceRead, config_map: &str) -> Self {
         Self { resolved: true, reason: "Resolved".into(), message: format!("{} read, kept in ConfigMap {config_map}", read.origin) }
     }
 
-    /// A mounted source's config.json not read (yet): `reason` `Reading` or `ConfigNotRead`.
-    pub fn volume_unread(reason: &str, message: String) -> Self {
+    /// A source's config.json not read (yet): `reason` `Reading`, `ConfigNotRead` or a
+    /// `HubError::reason`.
+    pub fn unread(reason: &str, message: String) -> Self {
         Self { resolved: false, reason: reason.into(), message }
     }
 }
@@ -277,8 +255,10 @@ mod tests {
         assert_eq!(request(&pvc), None);
         assert_eq!(config_ref("x", &pvc).unwrap().name, "x-model-config", "a mounted source's is kept too");
         assert_eq!(config_source(&old), ConfigSource::ConfigMap(ConfigMapKeyRef { name: "mine".into(), key: "c".into() }));
-        assert_eq!(config_source(&m), ConfigSource::Hub(r));
-        assert!(matches!(config_source(&pvc), ConfigSource::Volume(v) if v.origin == "PersistentVolumeClaim w: /models/config.json"));
+        assert!(
+            matches!(config_source(&m), ConfigSource::Read(h) if h.from == crate::model_read::ReadFrom::Hub(r.clone()) && h.origin == r.url)
+        );
+        assert!(matches!(config_source(&pvc), ConfigSource::Read(v) if v.origin == "PersistentVolumeClaim w: /models/config.json"));
         let none: ModelSpec = serde_json::from_value(serde_json::json!({"path": "Qwen/Qwen3-8B"})).unwrap();
         assert_eq!(config_source(&none), ConfigSource::Catalogue);
     }
@@ -295,7 +275,7 @@ mod tests {
             e.to_string(),
             "GET http://hub/acme/ft/resolve/main/config.json: HTTP 404: the Hub has no config.json for acme/ft at that revision (fix: check spec.model.source.huggingFace.repo and revision)"
         );
-        assert_eq!((e.reason(), e.retry_after()), ("ConfigNotFound", Duration::from_secs(60)));
+        assert_eq!(e.reason(), "ConfigNotFound");
         assert!(read_answer(&r, 401, b"").unwrap_err().to_string().contains(
             "HTTP 401: acme/ft is gated, private or absent, and no token was sent (fix: set spec.model.source.huggingFace.tokenSecretRef"
         ));
@@ -303,7 +283,7 @@ mod tests {
         let e = read_answer(&r, 403, b"").unwrap_err();
         assert!(e.to_string().contains("HTTP 403: the Hub refused the token of Secret hf key token"), "{e}");
         let e = read_answer(&r, 503, b"").unwrap_err();
-        assert_eq!((e.reason(), e.retry_after()), ("HubError", Duration::from_secs(15)));
+        assert_eq!(e.reason(), "HubError");
         let e = read_answer(&r, 200, b"<html>").unwrap_err();
         assert!(e.to_string().contains("config.json of acme/ft is not a model config: config.json is not valid JSON"), "{e}");
     }

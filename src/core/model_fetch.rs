@@ -15,7 +15,8 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, Role
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha1::Sha1;
+use sha2::{Digest as _, Sha256};
 
 use crate::{hub, render};
 use pd_api::conditions::HasStatus;
@@ -112,6 +113,10 @@ pub struct Progress {
     pub done: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The commit the revision was resolved to, once per Job: its retries fetch that commit even
+    /// after the branch moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 impl Progress {
@@ -367,9 +372,61 @@ pub struct RepoFile {
     /// Relative to the repository's root, `/`-separated.
     pub path: String,
     pub size: u64,
-    /// The sha256 the Hub gives for a file stored with LFS (the weights); none for small files
-    /// kept in git, which are checked by size.
-    pub sha256: Option<String>,
+    /// The hash the Hub lists for the file's bytes.
+    pub digest: Digest,
+}
+
+/// The Hub's own hash of a file: the sha256 of a file stored with LFS (the weights, `lfs.oid`),
+/// else the git blob id of a file kept in git (config, tokenizer, remote code: `oid`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Digest {
+    Sha256(String),
+    GitBlob(String),
+}
+
+impl Digest {
+    /// What the hash is called in a report.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Sha256(_) => "sha256",
+            Self::GitBlob(_) => "git blob id",
+        }
+    }
+
+    /// The hex the Hub lists.
+    pub fn hex(&self) -> &str {
+        match self {
+            Self::Sha256(h) | Self::GitBlob(h) => h,
+        }
+    }
+
+    /// A hasher for a file of `size` bytes checked against this digest.
+    pub fn hasher(&self, size: u64) -> ContentHash {
+        match self {
+            Self::Sha256(_) => ContentHash::Sha256(FileHash::default()),
+            Self::GitBlob(_) => ContentHash::GitBlob(git_blob_hasher(size)),
+        }
+    }
+}
+
+/// The Hub's model info of `repo` at `revision`: its `sha` is the commit the revision names now
+/// (huggingface_hub's `model_info`).
+pub fn revision_url(endpoint: &str, repo: &str, revision: &str) -> String {
+    format!("{}/api/models/{repo}/revision/{}", endpoint.trim_end_matches('/'), crate::hub::quote(revision))
+}
+
+#[derive(Deserialize)]
+struct RevisionInfo {
+    sha: String,
+}
+
+/// The commit of a model info answer, checked to be one (40 hex digits, lower case).
+pub fn parse_revision(body: &[u8]) -> Result<String, String> {
+    let info: RevisionInfo = serde_json::from_slice(body).map_err(|e| format!("not the Hub's model info: {e}"))?;
+    if !crate::hub_id::is_commit(&info.sha) {
+        return Err(format!("the model info names the commit {:?}, which is not 40 hex digits", info.sha));
+    }
+    Ok(info.sha.to_ascii_lowercase())
 }
 
 /// The Hub's listing of `repo` at `revision`, every file at any depth (one page of it: the Hub
@@ -392,29 +449,46 @@ struct TreeEntry {
     #[serde(default)]
     size: u64,
     #[serde(default)]
+    oid: Option<String>,
+    #[serde(default)]
     lfs: Option<LfsInfo>,
 }
 
 #[derive(Deserialize)]
 struct LfsInfo {
+    /// `sha256` in the Hub's newer answers; `oid` in the older ones.
+    #[serde(alias = "sha256")]
     oid: String,
     size: u64,
 }
 
+/// Whether a listed path stays inside the model's directory: relative, no `..`, `.` or empty
+/// part, no `\` and no control character.
+pub fn path_inside(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\\')
+        && !path.chars().any(char::is_control)
+        && !path.split('/').any(|c| c == ".." || c == "." || c.is_empty())
+}
+
 /// The files of one page of the tree listing; a path that would leave the model's directory
-/// (absolute, `..`) is refused.
+/// (absolute, `..`) or a file without the Hub's hash is refused.
 pub fn parse_tree(body: &[u8]) -> Result<Vec<RepoFile>, String> {
     let entries: Vec<TreeEntry> = serde_json::from_slice(body).map_err(|e| format!("not the Hub's tree listing: {e}"))?;
     let mut files = Vec::new();
     for e in entries.into_iter().filter(|e| e.kind == "file") {
-        if e.path.is_empty() || e.path.starts_with('/') || e.path.split('/').any(|c| c == ".." || c == "." || c.is_empty()) {
+        if !path_inside(&e.path) {
             return Err(format!("the listing names {:?}, which is not a path inside the repository", e.path));
         }
-        let (size, sha256) = match e.lfs {
-            Some(lfs) => (lfs.size, Some(lfs.oid.to_ascii_lowercase())),
-            None => (e.size, None),
+        let hex_of = |h: &str, len: usize| (h.len() == len && h.bytes().all(|b| b.is_ascii_hexdigit())).then(|| h.to_ascii_lowercase());
+        let (size, digest) = match (e.lfs, e.oid) {
+            (Some(lfs), _) => (lfs.size, hex_of(&lfs.oid, 64).map(Digest::Sha256)),
+            (None, Some(oid)) => (e.size, hex_of(&oid, 40).map(Digest::GitBlob)),
+            (None, None) => (e.size, None),
         };
-        files.push(RepoFile { path: e.path, size, sha256 });
+        let digest = digest.ok_or_else(|| format!("the listing gives {:?} no sha256 (LFS) or git blob id (40 hex digits)", e.path))?;
+        files.push(RepoFile { path: e.path, size, digest });
     }
     Ok(files)
 }
@@ -434,7 +508,48 @@ impl FileHash {
     }
 
     pub fn hex(self) -> String {
-        self.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.0.finalize())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// git's blob hasher for `size` bytes: sha1 of `blob <size>\0` and then the bytes.
+fn git_blob_hasher(size: u64) -> Sha1 {
+    let mut h = Sha1::new();
+    h.update(format!("blob {size}\0").as_bytes());
+    h
+}
+
+/// The git blob id of `bytes` (what the Hub's tree lists as `oid` for a file kept in git).
+pub fn git_blob_id(bytes: &[u8]) -> String {
+    let mut h = git_blob_hasher(bytes.len() as u64);
+    h.update(bytes);
+    hex(&h.finalize())
+}
+
+/// The hash of a file's bytes as they arrive, of the kind its `Digest` names.
+#[derive(Clone)]
+pub enum ContentHash {
+    Sha256(FileHash),
+    GitBlob(Sha1),
+}
+
+impl ContentHash {
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Self::Sha256(h) => h.update(bytes),
+            Self::GitBlob(h) => h.update(bytes),
+        }
+    }
+
+    pub fn hex(self) -> String {
+        match self {
+            Self::Sha256(h) => h.hex(),
+            Self::GitBlob(h) => hex(&h.finalize()),
+        }
     }
 }
 

@@ -1,21 +1,24 @@
-//! The model's `config.json` read from a mounted source (`spec.model.source.pvc`, `image` or
-//! `hostPath`), its pure part: where it is read from, the Job that reads it (the operator's
-//! image running `pd-operator read-model-config` beside the engines, the source mounted
-//! read-only where the engines mount it), the termination message that carries the file back,
-//! and what the Job's state means. The controller keeps what it read in the ConfigMap it keeps a
-//! Hub source's in (`hub::config_map`), so the rules and the engine dry run judge the real config
-//! of any model on a volume. docs/model-cache.md.
+//! The model's `config.json` read in the cluster, its pure part: from a mounted source
+//! (`spec.model.source.pvc`, `image` or `hostPath`) or a Hugging Face source's URL. Where it is
+//! read from, the Job that reads it (the operator's image running `pd-operator
+//! read-model-config` beside the engines, in the PDDeployment's namespace: a mounted source
+//! mounted read-only where the engines mount it, a Hub source's token given to that pod alone
+//! from the Secret `tokenSecretRef` names), the termination message that carries the file back,
+//! and what the Job's state means. The controller keeps what it read in an owned ConfigMap
+//! (`hub::config_map`); neither it nor the admission webhook reads a Secret or the Hub itself,
+//! so a PDDeployment makes the operator read nothing its own namespace could not.
+//! docs/model-cache.md.
 
 use std::io::{Read, Write};
 
 use base64::Engine;
 use flate2::{Compression, read::GzDecoder, write::GzEncoder};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, Pod, PodTemplateSpec, ResourceRequirements, SecretKeySelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::hub::CONFIG_FILE;
+use crate::hub::{CONFIG_FILE, HubRequest};
 use crate::render::{self, model_source};
 use pd_api::{ModelSpec, PDDeployment};
 
@@ -35,24 +38,63 @@ pub const ERROR_PREFIX: &str = "error: ";
 pub const BACKOFF_LIMIT: i32 = 1;
 /// A finished Job is deleted this long after; a failed read is then made again.
 pub const TTL_SECONDS: i32 = 300;
-/// `ModelConfigResolved`'s reasons while a mounted source's config.json is not read.
+/// `ModelConfigResolved`'s reasons while a source's config.json is not read.
 pub const READING: &str = "Reading";
 pub const NOT_READ: &str = "ConfigNotRead";
+/// The variable the reading pod finds a Hub source's token in (huggingface_hub's name).
+pub const TOKEN_ENV: &str = "HF_TOKEN";
 
-/// Where a mounted source's config.json is read from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VolumeRead {
+/// Where a source's config.json is read from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceRead {
     /// The spec field of the source, e.g. `spec.model.source.pvc`.
     pub field: &'static str,
-    /// What is read, for people and for the kept ConfigMap's annotation: the source and the
-    /// file's path in the pod, e.g. `PersistentVolumeClaim weights: /models/qwen3-ft/config.json`.
+    /// What is read, for people and for the kept ConfigMap's annotation: a Hub source's URL, or
+    /// a mounted source and the file's path in the pod, e.g. `PersistentVolumeClaim weights:
+    /// /models/qwen3-ft/config.json`.
     pub origin: String,
-    /// The file's path in the reading pod (and in every engine pod).
-    pub file: String,
+    pub from: ReadFrom,
 }
 
-/// The read a spec needs: a mounted source and no `configMapRef` (which, given, wins).
-pub fn request(model: &ModelSpec) -> Option<VolumeRead> {
+/// What the reading pod reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReadFrom {
+    /// The file's path in the reading pod (and in every engine pod).
+    File(String),
+    /// The Hub's URL, and the Secret holding the token sent to it.
+    Hub(HubRequest),
+}
+
+impl SourceRead {
+    /// The reader's arguments naming what it reads.
+    fn args(&self) -> Vec<String> {
+        match &self.from {
+            ReadFrom::File(file) => vec!["--file".into(), file.clone()],
+            ReadFrom::Hub(req) => {
+                let mut args = vec!["--url".into(), req.url.clone(), "--repo".into(), req.repo.clone()];
+                if let Some(t) = &req.token {
+                    args.extend(["--token-secret".into(), t.name.clone(), "--token-key".into(), t.key.clone()]);
+                }
+                args
+            }
+        }
+    }
+
+    /// The token's variable, from the Secret in the pod's namespace. Optional: a missing Secret
+    /// lets the reader start and say so (`HubError::Token`) rather than wait unstarted.
+    fn env(&self) -> Option<Vec<EnvVar>> {
+        let ReadFrom::Hub(HubRequest { token: Some(t), .. }) = &self.from else { return None };
+        let selector = SecretKeySelector { name: t.name.clone(), key: t.key.clone(), optional: Some(true) };
+        let from = EnvVarSource { secret_key_ref: Some(selector), ..Default::default() };
+        Some(vec![EnvVar { name: TOKEN_ENV.into(), value_from: Some(from), ..Default::default() }])
+    }
+}
+
+/// The read a spec needs: a Hub or a mounted source, and no `configMapRef` (which, given, wins).
+pub fn request(model: &ModelSpec) -> Option<SourceRead> {
+    if let Some(req) = crate::hub::request(model) {
+        return Some(SourceRead { field: "spec.model.source.huggingFace", origin: req.url.clone(), from: ReadFrom::Hub(req) });
+    }
     let source = model.source.as_ref().filter(|_| model.config_map_ref.is_none())?;
     let (field, what) = if let Some(pvc) = &source.pvc {
         ("spec.model.source.pvc", format!("PersistentVolumeClaim {}", pvc.claim_name))
@@ -64,44 +106,63 @@ pub fn request(model: &ModelSpec) -> Option<VolumeRead> {
         return None;
     };
     let file = format!("{}/{CONFIG_FILE}", model_source::model_path(model));
-    Some(VolumeRead { field, origin: format!("{what}: {file}"), file })
+    Some(SourceRead { field, origin: format!("{what}: {file}"), from: ReadFrom::File(file) })
 }
 
 /// The reading Job of PDDeployment `name`: named after the source, so another source is read
 /// by another Job (a Job's pod template cannot change).
 pub fn job_name(name: &str, model: &ModelSpec) -> Option<String> {
     let read = request(model)?;
-    let hash = render::short_hash(&serde_json::json!({"source": model.source, "file": read.file}));
+    let target = match &read.from {
+        ReadFrom::File(file) => file,
+        ReadFrom::Hub(req) => &req.url,
+    };
+    let hash = render::short_hash(&serde_json::json!({"source": model.source, "file": target}));
     Some(format!("{name}-{ROLE}-{hash}"))
 }
 
+/// The reading container's resources: a few MiB of JSON, bounded so a read costs the namespace
+/// little and fills no node.
+fn resources() -> ResourceRequirements {
+    let q = |s: &str| Quantity(s.into());
+    ResourceRequirements {
+        requests: Some([("cpu".into(), q("10m")), ("memory".into(), q("16Mi")), ("ephemeral-storage".into(), q("1Mi"))].into()),
+        limits: Some([("cpu".into(), q("200m")), ("memory".into(), q("64Mi")), ("ephemeral-storage".into(), q("16Mi"))].into()),
+        ..Default::default()
+    }
+}
+
 /// The Job reading `model`'s config.json: one short CPU pod beside the engines
-/// (`render::beside_engines`) mounting the source as they do, reporting the file in its
-/// termination message.
+/// (`render::beside_engines`: no service account token), under the `restricted` security
+/// context, mounting a mounted source as the engines do or given a Hub source's token, reporting
+/// the file in its termination message.
 pub fn job(pdd: &PDDeployment, image: &str) -> Option<Job> {
     let name = pdd.metadata.name.as_deref()?;
     let model = &pdd.spec.model;
     let (read, job_name) = (request(model)?, job_name(name, model)?);
-    let (volume, mount) = model_source::volume(name, model)?;
-    let q = |s: &str| Quantity(s.into());
+    let mounted = match read.from {
+        ReadFrom::File(_) => Some(model_source::volume(name, model)?),
+        ReadFrom::Hub(_) => None,
+    };
+    let mut args = vec![SUBCOMMAND.to_owned()];
+    args.extend(read.args());
+    args.extend(["--termination-log".into(), "/dev/termination-log".into()]);
     let container = Container {
         name: CONTAINER.into(),
         image: Some(image.to_owned()),
         command: Some(vec!["pd-operator".into()]),
-        args: Some([SUBCOMMAND, "--file", &read.file, "--termination-log", "/dev/termination-log"].map(String::from).to_vec()),
-        resources: Some(ResourceRequirements {
-            requests: Some([("cpu".into(), q("10m")), ("memory".into(), q("16Mi"))].into()),
-            limits: Some([("memory".into(), q("64Mi"))].into()),
-            ..Default::default()
-        }),
-        volume_mounts: Some(vec![mount]),
+        args: Some(args),
+        env: read.env(),
+        resources: Some(resources()),
+        volume_mounts: mounted.as_ref().map(|(_, mount)| vec![mount.clone()]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(render::restricted_security_context()),
         ..Default::default()
     };
     let (annotations, mut spec) = render::beside_engines(pdd);
+    spec.automount_service_account_token = Some(false);
     spec.containers = vec![container];
-    spec.volumes = Some(vec![volume]);
+    spec.volumes = mounted.map(|(volume, _)| vec![volume]);
     let labels = render::common_labels(name, ROLE);
     let meta = |name: String| ObjectMeta {
         name: Some(name),
@@ -139,16 +200,48 @@ pub fn encode(text: &str) -> Result<String, String> {
     )
 }
 
+/// The termination message of a read that failed: `error: `, then a Hub answer's
+/// `ModelConfigResolved` reason in brackets (`HubError::reason`), then why.
+pub fn encode_error(reason: Option<&str>, message: &str) -> String {
+    match reason {
+        Some(reason) => format!("{ERROR_PREFIX}[{reason}] {message}"),
+        None => format!("{ERROR_PREFIX}{message}"),
+    }
+}
+
+/// Why a read failed, as the reader said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadError {
+    /// `ModelConfigResolved`'s reason: one of `hub::REASONS` the reader named, else `NOT_READ`
+    /// (a message is the reader's, but only a known reason reaches the status).
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl ReadError {
+    fn not_read(message: String) -> Self {
+        ReadError { reason: NOT_READ, message }
+    }
+}
+
 /// The config.json a termination message carries, or the reader's error.
-pub fn decode(message: &str) -> Result<String, String> {
+pub fn decode(message: &str) -> Result<String, ReadError> {
     let message = message.trim();
     if let Some(error) = message.strip_prefix(ERROR_PREFIX) {
-        return Err(error.to_owned());
+        let named = error.strip_prefix('[').and_then(|rest| rest.split_once("] "));
+        return Err(match named.and_then(|(reason, text)| crate::hub::REASONS.iter().find(|r| **r == reason).map(|r| (*r, text))) {
+            Some((reason, text)) => ReadError { reason, message: text.to_owned() },
+            None => ReadError::not_read(error.to_owned()),
+        });
     }
     let Some(packed) = message.strip_prefix(GZIP_PREFIX) else { return Ok(message.to_owned()) };
-    let bytes = base64::engine::general_purpose::STANDARD.decode(packed).map_err(|e| format!("the reader's message is not base64: {e}"))?;
+    let fail = |what: String| ReadError::not_read(what);
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(packed).map_err(|e| fail(format!("the reader's message is not base64: {e}")))?;
     let mut text = String::new();
-    GzDecoder::new(bytes.as_slice()).read_to_string(&mut text).map_err(|e| format!("the reader's message is not gzipped text: {e}"))?;
+    GzDecoder::new(bytes.as_slice())
+        .read_to_string(&mut text)
+        .map_err(|e| fail(format!("the reader's message is not gzipped text: {e}")))?;
     Ok(text)
 }
 
@@ -160,28 +253,30 @@ pub enum ReadState {
     /// The config.json's text.
     Read(String),
     /// Why it was not read.
-    Failed(String),
+    Failed(ReadError),
 }
 
 /// The state of Job `job_name` reading `read` (`job` as the cache shows it, `pods` its pods,
 /// listed once it finished).
-pub fn state(read: &VolumeRead, job_name: &str, job: Option<&Job>, pods: &[Pod]) -> ReadState {
+pub fn state(read: &SourceRead, job_name: &str, job: Option<&Job>, pods: &[Pod]) -> ReadState {
     let origin = &read.origin;
     let Some(job) = job else {
         return ReadState::Reading(format!("creating Job {job_name} to read {origin}; no engine pod until it is read"));
     };
     let message = crate::model_fetch::termination_message(pods, CONTAINER, Some);
     let retry = format!("Job {job_name}; it is read again when the Job is deleted, {TTL_SECONDS} s after it ended, or at once by you");
+    let failed =
+        |e: ReadError, fix: &str| ReadState::Failed(ReadError { message: format!("reading {origin}: {} ({fix}{retry})", e.message), ..e });
     if crate::model_fetch::job_condition(job, "Complete").is_some() {
         return match message.map(decode) {
             Some(Ok(text)) => ReadState::Read(text),
-            Some(Err(e)) => ReadState::Failed(format!("reading {origin}: {e} ({retry})")),
-            None => ReadState::Failed(format!("reading {origin}: the reading pod ended without a message ({retry})")),
+            Some(Err(e)) => failed(e, ""),
+            None => failed(ReadError::not_read("the reading pod ended without a message".into()), ""),
         };
     }
     if let Some(why) = crate::model_fetch::job_condition(job, "Failed") {
-        let error = message.and_then(|m| decode(m).err()).unwrap_or(why);
-        return ReadState::Failed(format!("reading {origin}: {error} (fix the source; {retry})"));
+        let error = message.and_then(|m| decode(m).err()).unwrap_or_else(|| ReadError::not_read(why));
+        return failed(error, "fix the source; ");
     }
     ReadState::Reading(format!("reading {origin} with Job {job_name}; no engine pod until it is read"))
 }

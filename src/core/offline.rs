@@ -97,8 +97,13 @@ pub fn check_one(
         }),
         None => {}
     }
+    // Offline the platform's lists are unknown: the defaults judge (a refusal's fix names the
+    // chart value that allows more).
+    findings.extend(crate::egress::EgressPolicy::default().check(&d.object.spec));
     let facts = model::resolve(&d.object.spec.model, config.as_ref());
     findings.extend(validate::validate_with_facts(&name, &with_assumed(&d.object.spec, assumed), &facts));
+    // Offline there is no operator to ask: its default limit, which `render` also keeps to.
+    findings.extend(crate::bounds::pod_limit(&d.object.spec, crate::bounds::DEFAULT_MAX_PODS_PER_DEPLOYMENT));
     (findings, facts)
 }
 

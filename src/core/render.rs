@@ -762,6 +762,8 @@ impl PodSlot<'_> {
             tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
             affinity: t.affinity.clone(),
             service_account_name: t.service_account_name.clone(),
+            // SGLang calls no Kubernetes API: its pod carries no token unless the template asks.
+            automount_service_account_token: Some(t.automount_service_account_token == Some(true)),
             priority_class_name: t.priority_class_name.clone(),
             scheduler_name: t.scheduler_name.clone(),
             containers: vec![self.engine_container()],
@@ -788,7 +790,8 @@ impl PodSlot<'_> {
         });
         volumes.push(token_volume());
         if spec.service_account_name.is_none() {
-            // Our ServiceAccount exists for the sidecar alone: the engine gets no token.
+            // Our ServiceAccount exists for the sidecar alone: the engine gets no token, even
+            // when the template asks for one.
             spec.service_account_name = Some(decode_service_account(self.spec, self.name));
             spec.automount_service_account_token = Some(false);
         }
@@ -923,6 +926,8 @@ fn router_objects(spec: &PDDeploymentSpec, name: &str, ns: &str, set: u32, owner
     let pod_spec = PodSpec {
         containers: vec![router_container(spec, name, ns, set)],
         service_account_name: Some(router_rbac_name(name)),
+        // The token stays mounted (the default): smg's Kubernetes discovery watches the
+        // namespace's pods with it, under `router_rbac`.
         enable_service_links: Some(false),
         termination_grace_period_seconds: Some(ROUTER_GRACE_SECONDS),
         ..Default::default()

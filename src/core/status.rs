@@ -70,8 +70,8 @@ fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
     };
     let replicas = i32::try_from(inputs.pdd.spec.instances(role)).unwrap_or(i32::MAX);
     let (mut ready, mut updated) = (0, 0);
-    for i in 0..inputs.pdd.spec.instances(role) {
-        let pods: Vec<&ObservedPod> = inputs.observed.iter().filter(|p| p.role == role && p.instance == i && !p.deleting).collect();
+    // The observed pods by instance: the work follows the pods, not the count the spec asks for.
+    for pods in live_pods_by_instance(inputs, role).values() {
         let complete = pods.len() == nodes as usize;
         if complete && pods.iter().all(|p| p.serving() && p.phase == crate::plan::Phase::Running) {
             ready += 1;
@@ -445,11 +445,22 @@ pub fn rollout_transition(previous: Option<&PDDeploymentStatus>, next: &PDDeploy
     })
 }
 
+/// The pods of `role` not being deleted, by instance, for the instances the spec runs.
+fn live_pods_by_instance<'a>(inputs: &StatusInputs<'a>, role: Role) -> BTreeMap<u32, Vec<&'a ObservedPod>> {
+    let instances = inputs.pdd.spec.instances(role);
+    let mut out: BTreeMap<u32, Vec<&ObservedPod>> = BTreeMap::new();
+    for p in inputs.observed.iter().filter(|p| p.role == role && p.instance < instances && !p.deleting) {
+        out.entry(p.instance).or_default().push(p);
+    }
+    out
+}
+
 /// Per decode instance, the rank map its sidecar published with a passed handshake.
 fn rank_map(inputs: &StatusInputs) -> Vec<DecodeRankMap> {
-    (0..inputs.pdd.spec.instances(Role::Decode))
-        .filter_map(|i| {
-            let published = inputs.observed.iter().filter(|p| p.role == Role::Decode && p.instance == i && !p.deleting).find_map(|p| {
+    live_pods_by_instance(inputs, Role::Decode)
+        .into_iter()
+        .filter_map(|(i, pods)| {
+            let published = pods.iter().find_map(|p| {
                 let h = p.handshake.as_ref().filter(|h| h.passed)?;
                 h.rank_map.clone()
             })?;

@@ -227,7 +227,11 @@ pub fn validate_with_facts(name: &str, spec: &PDDeploymentSpec, facts: &ModelFac
         ));
     }
     check_model_source(spec, &mut out);
-    let sizes_ok = check_sizes(Role::Prefill, &spec.prefill, &mut out) & check_sizes(Role::Decode, &spec.decode, &mut out);
+    check_hub_ids(spec, &mut out);
+    // Zero or oversized counts stop the rules that multiply and divide them.
+    let sizes_ok = check_sizes(Role::Prefill, &spec.prefill, &mut out)
+        & check_sizes(Role::Decode, &spec.decode, &mut out)
+        & crate::bounds::check_counts(spec, &mut out);
     for role in [Role::Prefill, Role::Decode] {
         let rs = spec.role(role);
         if sizes_ok {
@@ -398,7 +402,7 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release,
     let p = &rs.parallelism;
     // Judged on the widths SGLang runs: its DeepSeek CP layouts recompute attention DP and CP.
     let r = crate::resolve::parallelism(p, facts);
-    let groups = r.attn_dp * r.attn_cp;
+    let groups = r.attn_dp.saturating_mul(r.attn_cp);
     if !p.tp.is_multiple_of(groups) {
         let resolved = if r == *p {
             String::new()
@@ -423,7 +427,7 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release,
             "tp-divisible-by-attn-groups",
             role.field("parallelism.tp"),
             message,
-            format!("make tp a multiple of {groups}, e.g. tp: {}", next_multiple(p.tp, groups)),
+            format!("make tp a multiple of {groups}, e.g. tp: {}", crate::bounds::next_multiple(p.tp, groups)),
         ));
     }
     check_deepseek_cp(role, p, facts, out);
@@ -433,7 +437,7 @@ fn check_widths(role: Role, rs: &RoleSpec, facts: &ModelFacts, release: Release,
             "tp-divisible-by-dcp",
             role.field("parallelism.dcp"),
             format!("tensor_model_parallel_size ({}) must be divisible by decode_context_parallel_size ({})", p.tp, p.dcp),
-            format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, largest_divisor_at_most(p.tp, p.dcp)),
+            format!("choose a dcp that divides tp {}, e.g. dcp: {}", p.tp, crate::bounds::largest_divisor_at_most(p.tp, p.dcp)),
         ));
     }
     if p.dcp > 1 && facts.is_dsa() {
@@ -1057,9 +1061,12 @@ fn check_paired_settings(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     }
 }
 
+/// The rule of a model whose attention kind neither the catalogue nor a config.json tells.
+pub const RULE_ATTENTION_KIND_UNKNOWN: &str = "attention-kind-unknown";
+
 fn unknown_kind(spec: &PDDeploymentSpec, needed_for: &str) -> Finding {
     Finding::error(
-        "attention-kind-unknown",
+        RULE_ATTENTION_KIND_UNKNOWN,
         "spec.model.attention",
         format!("the attention kind of {} is unknown, and {needed_for} depends on it", spec.model.path),
         "set spec.model.attention (MLA, HybridMLA, GQA or MHA), spec.model.architecture, or spec.model.configMapRef",
@@ -1365,17 +1372,27 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
     }
 }
 
-fn next_multiple(value: u32, of: u32) -> u32 {
-    value.div_ceil(of).max(1) * of
-}
-
-fn largest_divisor_at_most(n: u32, limit: u32) -> u32 {
-    (1..=limit.min(n)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1)
-}
-
 /// True when no finding is an error.
 pub fn is_valid(findings: &[Finding]) -> bool {
     findings.iter().all(|f| f.severity != Severity::Error)
+}
+
+/// A Hugging Face source's repository and revision against the Hub's rules (`hub_id`): they name
+/// the cache directory `<repo>/<revision>` the fetch Job writes, and a URL path.
+fn check_hub_ids(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
+    use crate::hub_id;
+    let Some(hf) = spec.model.source.as_ref().and_then(|s| s.hugging_face.as_ref()) else { return };
+    if let Err(message) = hub_id::repo_id(&hf.repo) {
+        let fix = format!("give the Hub's repository id, e.g. {}", hub_id::REPO_ID_EXAMPLE);
+        out.push(Finding::error("hub-id", "spec.model.source.huggingFace.repo", message, fix));
+    }
+    let revisions =
+        [("spec.model.source.huggingFace.revision", hf.revision.as_deref()), ("spec.model.revision", spec.model.revision.as_deref())];
+    for (field, revision) in revisions {
+        if let Some(Err(message)) = revision.map(hub_id::revision) {
+            out.push(Finding::error("hub-id", field, message, format!("give a branch, tag or commit: {}", hub_id::REVISION_EXAMPLE)));
+        }
+    }
 }
 
 /// Ours, not SGLang's: a model source the pods could not mount as written (a path leaving the

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
+use pd_core::egress;
 use pd_core::offline::{self, Assumed, check_one};
 use pd_core::render::{self, RenderOptions};
 use pd_core::validate::{self, Severity};
@@ -124,6 +125,18 @@ pub struct ControllerArgs {
     /// by one, workload is refused at admission and reported Validated=False).
     #[arg(long, env = "PD_WORKLOAD_API", value_enum, default_value = "discover")]
     pub workload_api: WorkloadApi,
+    /// Hub endpoints a spec's model.source.huggingFace.endpoint may name, comma-separated:
+    /// `[http://|https://]HOST[:PORT]` or `*.SUFFIX`. Loopback, link-local and metadata hosts
+    /// only when listed by their exact name or address. Empty: no Hub source is admitted.
+    #[arg(long, env = "PD_ALLOWED_HUB_ENDPOINTS", value_delimiter = ',', default_value = egress::DEFAULT_HUB_ENDPOINTS)]
+    pub allowed_hub_endpoints: Vec<String>,
+    /// Prometheus hosts a spec's autoscaling.prometheus.url may name, in the same form.
+    #[arg(long, env = "PD_ALLOWED_PROMETHEUS_HOSTS", value_delimiter = ',', default_value = egress::DEFAULT_PROMETHEUS_HOSTS)]
+    pub allowed_prometheus_hosts: Vec<String>,
+    /// Engine pods one PDDeployment may ask for (both roles, every instance and surge instance
+    /// times its nodes). A larger spec is denied at admission and reported Validated=False.
+    #[arg(long, env = "PD_MAX_PODS_PER_DEPLOYMENT", default_value_t = pd_core::bounds::DEFAULT_MAX_PODS_PER_DEPLOYMENT, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_pods_per_deployment: u32,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,6 +253,10 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 fn run_controller(args: ControllerArgs) -> ExitCode {
+    let egress = match egress::EgressPolicy::new(&args.allowed_hub_endpoints, &args.allowed_prometheus_hosts) {
+        Ok(p) => p,
+        Err(e) => return input_error(e),
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => return runtime_error(format!("cannot start the async runtime: {e}")),
@@ -256,6 +273,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
         let webhook = args.webhook.then(|| crate::webhook::WebhookSettings {
             addr: args.webhook_addr,
             drain: args.webhook_drain,
+            max_pods: args.max_pods_per_deployment,
             certs: match args.webhook_cert_dir.clone() {
                 Some(dir) => crate::webhook::tls::CertSource::Files { dir },
                 None => crate::webhook::tls::CertSource::SelfManaged {
@@ -270,6 +288,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
                     ips: args.webhook_ip_sans.clone(),
                 },
             },
+            egress: egress.clone(),
         });
         let settings = crate::controller::Settings {
             webhook,
@@ -290,6 +309,8 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
                 identity,
             }),
             discover_workload_api: args.workload_api == WorkloadApi::Discover,
+            egress,
+            max_pods: args.max_pods_per_deployment,
         };
         match crate::controller::run(client, settings).await {
             Ok(()) => ExitCode::SUCCESS,

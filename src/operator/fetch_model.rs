@@ -2,7 +2,8 @@
 //! (`pd_core::model_fetch` renders it). pd-runtime's `hub_fetch` downloads; this reports the
 //! progress where the operator reads it: the Job's annotation (patched every `--report-every`
 //! seconds, with the Job's own ServiceAccount, which may patch only that Job), the termination
-//! message at the end, and optionally a file.
+//! message at the end, and optionally a file. The progress carries the commit the revision was
+//! resolved to, which the Job's next pod reads back and fetches.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,7 +62,7 @@ pub fn run(args: FetchModelArgs) -> ExitCode {
 }
 
 async fn fetch(args: FetchModelArgs) -> ExitCode {
-    let spec = FetchSpec {
+    let mut spec = FetchSpec {
         endpoint: args.endpoint.clone(),
         repo: args.repo.clone(),
         revision: args.revision.clone(),
@@ -86,7 +87,11 @@ async fn fetch(args: FetchModelArgs) -> ExitCode {
             tx.send_replace(p.clone());
         }
     };
-    let result = hub_fetch::fetch(&spec, &mut on_progress).await;
+    let result = async {
+        spec.revision = pin(&spec, job.as_ref(), args.progress_file.as_ref()).await?;
+        hub_fetch::fetch(&spec, &mut on_progress).await
+    }
+    .await;
     reporter.abort();
     let (last, code) = match result {
         Ok(p) => {
@@ -106,6 +111,32 @@ async fn fetch(args: FetchModelArgs) -> ExitCode {
         warn!(path = %path.display(), error = %e, "the final report was not written");
     }
     code
+}
+
+/// The commit this Job fetches, its repository and revision checked first: the one an earlier pod
+/// of the Job resolved (its progress annotation, or the progress file), else the revision resolved
+/// now and published before any file is written, so a retry after the branch moved fetches the
+/// same commit and never mixes the files of two.
+async fn pin(spec: &FetchSpec, job: Option<&(Api<Job>, String)>, file: Option<&PathBuf>) -> Result<String, hub_fetch::FetchError> {
+    hub_fetch::check_spec(spec)?;
+    if let Some(commit) = earlier_commit(job, file).await {
+        info!(revision = %spec.revision, commit, "fetching the commit an earlier attempt of this Job resolved");
+        return Ok(commit);
+    }
+    let commit = hub_fetch::resolve(spec).await?;
+    info!(revision = %spec.revision, commit, "resolved the revision");
+    publish(job, file, &Progress { commit: Some(commit.clone()), ..Default::default() }).await;
+    Ok(commit)
+}
+
+/// The commit an earlier pod of this Job reported, if any.
+async fn earlier_commit(job: Option<&(Api<Job>, String)>, file: Option<&PathBuf>) -> Option<String> {
+    let from_job = match job {
+        Some((api, name)) => api.get(name).await.ok().as_ref().and_then(pd_core::model_fetch::job_progress),
+        None => None,
+    };
+    let from_file = || file.and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| Progress::parse(&t));
+    from_job.or_else(from_file)?.commit.filter(|c| pd_core::hub_id::is_commit(c))
 }
 
 /// The Job to patch, in the namespace of this pod's ServiceAccount; none without a cluster.

@@ -11,6 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tracing::debug;
 
+use pd_core::egress;
 use pd_core::hub::{self, HubError, HubRequest};
 use pd_core::model::HfConfig;
 
@@ -35,8 +36,9 @@ pub(crate) fn client(url: &str) -> Result<Client<Https, Empty<Bytes>>, HubError>
     Ok(Client::builder(TokioExecutor::new()).build(tls.https_or_http().enable_http1().build()))
 }
 
-/// Reads `req`'s config.json within `timeout`, sending `token` as `Authorization: Bearer` to the
-/// endpoint's host (not to a host it redirects to, as huggingface_hub does).
+/// Reads `req`'s config.json within `timeout`, sending `token` as `Authorization: Bearer`. A
+/// redirect is followed on the endpoint's origin only (the Hub's renamed repositories): the
+/// platform allowed that origin (`pd_core::egress`), not whatever it points to.
 pub async fn fetch_config(req: &HubRequest, token: Option<&str>, timeout: Duration) -> Result<(String, HfConfig), HubError> {
     match tokio::time::timeout(timeout, get(req, token)).await {
         Ok(answer) => answer,
@@ -63,6 +65,9 @@ async fn get(req: &HubRequest, token: Option<&str>) -> Result<(String, HfConfig)
         if status.is_redirection()
             && let Some(next) = response.headers().get(LOCATION).and_then(|l| l.to_str().ok()).and_then(|l| follow(&uri, l))
         {
+            if !egress::same_origin(&req.url, &next.to_string()) {
+                return Err(unreachable(&cross_origin(status.as_u16(), &next)));
+            }
             debug!(from = %uri, to = %next, "the Hub redirects");
             uri = next;
             continue;
@@ -71,6 +76,15 @@ async fn get(req: &HubRequest, token: Option<&str>) -> Result<(String, HfConfig)
         return hub::read_answer(req, status.as_u16(), &body);
     }
     Err(unreachable(&format!("more than {} redirects", hub::MAX_REDIRECTS)))
+}
+
+/// Why a redirect to `next` is not followed; the origin shown is an excerpt (the server chose it).
+fn cross_origin(status: u16, next: &Uri) -> String {
+    let origin = format!("{}://{}", next.scheme_str().unwrap_or_default(), next.authority().map(|a| a.as_str()).unwrap_or_default());
+    format!(
+        "HTTP {status} redirects to another origin ({}), which the operator does not follow (fix: set spec.model.source.huggingFace.endpoint to the origin that serves the files)",
+        pd_core::remote::excerpt(&origin)
+    )
 }
 
 /// The URI a `Location` names, relative to `from`.
@@ -95,6 +109,22 @@ mod tests {
         );
         assert_eq!(follow(&from, "https://cdn.example/x").unwrap().to_string(), "https://cdn.example/x");
         assert!(follow(&from, "relative").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_off_the_endpoints_origin_is_not_followed() {
+        // The place it points to: a listener that must see no connection.
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        elsewhere.set_nonblocking(true).unwrap();
+        let target = format!("http://{}/latest/meta-data/", elsewhere.local_addr().unwrap());
+        let answer = format!("HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let hub = crate::http_client::serve_raw(answer.into_bytes()).await;
+        let req = HubRequest { repo: "a/b".into(), url: format!("http://{hub}/a/b/resolve/main/config.json"), token: None };
+        let e = fetch_config(&req, None, Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(e.reason(), "HubUnreachable");
+        assert!(e.to_string().contains("HTTP 302 redirects to another origin (http://127.0.0.1:"), "{e}");
+        assert!(e.to_string().contains("which the operator does not follow"), "{e}");
+        assert_eq!(elsewhere.accept().map_err(|e| e.kind()).err(), Some(std::io::ErrorKind::WouldBlock), "no request went there");
     }
 
     #[tokio::test]

@@ -1,8 +1,9 @@
-//! `pd-operator fetch-model`'s I/O: list a Hub repository at a revision, download each file into
-//! `<file>.<tag>.part` (resuming with `Range` from what is there), check its size and, for LFS
-//! files, the sha256 the Hub lists, and rename it into place. A file already in place is done: a
-//! rename happens only after the checks. pd-core's `model_fetch` holds the URLs, the listing's
-//! reading and the report (`Progress`).
+//! `pd-operator fetch-model`'s I/O: resolve the revision to a commit, list the repository at that
+//! commit, download each file into `<file>.<tag>.part` (resuming with `Range` from what is
+//! there), stop at the size the Hub lists, check the file's hash against the Hub's own (sha256 for
+//! LFS files, the git blob id for the rest) and rename it into place. A file already in place is
+//! done only when its hash matches. The token goes only to the endpoint's origin (scheme, host and
+//! port). pd-core's `model_fetch` holds the URLs, the listing's reading and the report.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 
 use pd_core::hub::MAX_REDIRECTS;
-use pd_core::model_fetch::{self, FileHash, Progress, RepoFile};
+use pd_core::model_fetch::{self, ContentHash, Progress, RepoFile};
 
 /// Attempts per file: a dropped connection resumes, a failed check starts the file again.
 pub const ATTEMPTS: u32 = 5;
@@ -59,6 +60,8 @@ pub enum FetchError {
     Io { path: String, source: std::io::Error },
     #[error("GET {url}: {message}")]
     Listing { url: String, message: String },
+    #[error("--{field}: {message}; give {example}")]
+    Invalid { field: &'static str, message: String, example: &'static str },
 }
 
 impl FetchError {
@@ -67,7 +70,7 @@ impl FetchError {
         match self {
             Self::Status { status, .. } => *status == 429 || *status >= 500,
             Self::Transfer { .. } | Self::Check { .. } => true,
-            Self::Io { .. } | Self::Listing { .. } => false,
+            Self::Io { .. } | Self::Listing { .. } | Self::Invalid { .. } => false,
         }
     }
 }
@@ -76,12 +79,44 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FetchError + '_ {
     move |source| FetchError::Io { path: path.display().to_string(), source }
 }
 
+/// The repository id and revision against the Hub's rules, before anything is asked or written:
+/// they name the directory the files go to.
+pub fn check_spec(spec: &FetchSpec) -> Result<(), FetchError> {
+    use pd_core::hub_id;
+    hub_id::repo_id(&spec.repo).map_err(|message| FetchError::Invalid { field: "repo", message, example: hub_id::REPO_ID_EXAMPLE })?;
+    hub_id::revision(&spec.revision).map_err(|message| FetchError::Invalid {
+        field: "revision",
+        message,
+        example: hub_id::REVISION_EXAMPLE,
+    })
+}
+
+/// The commit `spec.revision` names now (itself when it is one), from the Hub's model info.
+pub async fn resolve(spec: &FetchSpec) -> Result<String, FetchError> {
+    check_spec(spec)?;
+    if pd_core::hub_id::is_commit(&spec.revision) {
+        return Ok(spec.revision.to_ascii_lowercase());
+    }
+    let url = model_fetch::revision_url(&spec.endpoint, &spec.repo, &spec.revision);
+    let response = get(spec, &url, None).await?;
+    let status = response.status().as_u16();
+    if status != 200 {
+        return Err(FetchError::Status { url, status, file: Some(format!("the revision {} of {}", spec.revision, spec.repo)) });
+    }
+    let body = Limited::new(response.into_body(), MAX_LISTING).collect().await;
+    let body = body.map_err(|e| FetchError::Listing { url: url.clone(), message: e.to_string() })?.to_bytes();
+    model_fetch::parse_revision(&body).map_err(|message| FetchError::Listing { url, message })
+}
+
 /// The fetch: every file of the repository in `spec.dest`, `spec.parallel` at a time; `report`
 /// sees the progress as it goes. The first file that fails for good stops the rest (their parts
 /// stay, for the next run to resume).
+/// `spec.revision` is the commit `resolve` gave, so every file comes from one commit.
 pub async fn fetch(spec: &FetchSpec, report: &mut dyn FnMut(&Progress)) -> Result<Progress, FetchError> {
+    check_spec(spec)?;
     let files = list(spec).await?;
     let mut tally = Tally::new(&files);
+    tally.progress.commit = pd_core::hub_id::is_commit(&spec.revision).then(|| spec.revision.clone());
     info!(repo = %spec.repo, revision = %spec.revision, files = files.len(), bytes = tally.progress.total_bytes, parallel = spec.parallel, "fetching");
     report(&tally.progress);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -205,8 +240,14 @@ pub async fn list(spec: &FetchSpec) -> Result<Vec<RepoFile>, FetchError> {
 async fn fetch_file(spec: &FetchSpec, file: &RepoFile, report: FileReport) -> Result<(), FetchError> {
     let target = spec.dest.join(&file.path);
     if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_file() && m.len() == file.size) {
-        report.send(Update::Done { index: report.index });
-        return Ok(());
+        let mut hash = file.digest.hasher(file.size);
+        hash_into(&target, &mut hash).await?;
+        let got = hash.hex();
+        if got == file.digest.hex() {
+            report.send(Update::Done { index: report.index });
+            return Ok(());
+        }
+        warn!(file = %file.path, got, want = file.digest.hex(), "the file in place differs from the Hub's; fetching it again");
     }
     if let Some(parent) = target.parent() {
         tokio::fs::create_dir_all(parent).await.map_err(io(parent))?;
@@ -238,8 +279,8 @@ async fn download(spec: &FetchSpec, file: &RepoFile, part: &Path, report: &FileR
         tokio::fs::remove_file(part).await.map_err(io(part))?;
         have = 0;
     }
-    let mut hash = FileHash::default();
-    if have > 0 && file.sha256.is_some() {
+    let mut hash = file.digest.hasher(file.size);
+    if have > 0 {
         hash_into(part, &mut hash).await?;
     }
     // An empty file is fetched too: its GET creates the part.
@@ -252,7 +293,7 @@ async fn download(spec: &FetchSpec, file: &RepoFile, part: &Path, report: &FileR
             _ => return Err(FetchError::Status { url, status, file: Some(file.path.clone()) }),
         };
         if !resumed {
-            (have, hash) = (0, FileHash::default());
+            (have, hash) = (0, file.digest.hasher(file.size));
         }
         let mut out =
             tokio::fs::OpenOptions::new().create(true).write(true).append(resumed).truncate(!resumed).open(part).await.map_err(io(part))?;
@@ -267,6 +308,12 @@ async fn download(spec: &FetchSpec, file: &RepoFile, part: &Path, report: &FileR
                 Ok(Some(Ok(frame))) => frame,
             };
             let Ok(data) = frame.into_data() else { continue };
+            if have + data.len() as u64 > file.size {
+                drop(out);
+                tokio::fs::remove_file(part).await.map_err(io(part))?;
+                let message = format!("the answer is longer than the {} bytes the Hub lists; nothing past them is written", file.size);
+                return Err(FetchError::Check { file: file.path.clone(), message });
+            }
             out.write_all(&data).await.map_err(io(part))?;
             hash.update(&data);
             have += data.len() as u64;
@@ -277,8 +324,8 @@ async fn download(spec: &FetchSpec, file: &RepoFile, part: &Path, report: &FileR
     check(file, part, have, hash).await
 }
 
-/// The size the Hub lists and, for LFS files, its sha256; a file that fails starts again.
-async fn check(file: &RepoFile, part: &Path, have: u64, hash: FileHash) -> Result<(), FetchError> {
+/// The size and the hash the Hub lists; a file that fails starts again.
+async fn check(file: &RepoFile, part: &Path, have: u64, hash: ContentHash) -> Result<(), FetchError> {
     let fail = |message: String| FetchError::Check { file: file.path.clone(), message };
     if have < file.size {
         return Err(fail(format!("the answer ended after {have} of {} bytes", file.size)));
@@ -287,17 +334,15 @@ async fn check(file: &RepoFile, part: &Path, have: u64, hash: FileHash) -> Resul
         tokio::fs::remove_file(part).await.map_err(io(part))?;
         return Err(fail(format!("{have} bytes, the Hub lists {}", file.size)));
     }
-    if let Some(want) = &file.sha256 {
-        let got = hash.hex();
-        if &got != want {
-            tokio::fs::remove_file(part).await.map_err(io(part))?;
-            return Err(fail(format!("sha256 {got}, the Hub lists {want}; fetching it again")));
-        }
+    let (got, want) = (hash.hex(), file.digest.hex());
+    if got != want {
+        tokio::fs::remove_file(part).await.map_err(io(part))?;
+        return Err(fail(format!("{} {got}, the Hub lists {want}: the bytes are not the Hub's", file.digest.name())));
     }
     Ok(())
 }
 
-async fn hash_into(path: &Path, hash: &mut FileHash) -> Result<(), FetchError> {
+async fn hash_into(path: &Path, hash: &mut ContentHash) -> Result<(), FetchError> {
     let mut f = tokio::fs::File::open(path).await.map_err(io(path))?;
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -315,16 +360,32 @@ fn content_range_start<B>(response: &Response<B>) -> Option<u64> {
     value.strip_prefix("bytes ")?.split_once('-')?.0.trim().parse().ok()
 }
 
-/// A GET of `url` (from byte `from`), following redirects; the token goes only to the
-/// endpoint's host, as huggingface_hub sends it.
+/// Whether a request to `to` may carry the token of `endpoint`: only to the endpoint's own origin
+/// (scheme, host and port). huggingface_hub's requests drops `Authorization` on a redirect to
+/// another host or scheme (`rebuild_auth`); this also keeps it from a `Link` page elsewhere and
+/// from `http` when the endpoint is `https` (a downgrade on the same host).
+pub fn sends_token(endpoint: &Uri, to: &Uri) -> bool {
+    let port = |u: &Uri| {
+        u.port_u16().or_else(|| match u.scheme_str() {
+            Some("https") => Some(443),
+            Some("http") => Some(80),
+            _ => None,
+        })
+    };
+    let host = |u: &Uri| u.host().map(str::to_ascii_lowercase);
+    endpoint.scheme().is_some() && endpoint.scheme() == to.scheme() && host(endpoint) == host(to) && port(endpoint) == port(to)
+}
+
+/// A GET of `url` (from byte `from`), following the redirects `egress::fetch_redirect_allowed`
+/// allows; the token goes only to the endpoint's origin (`sends_token`).
 async fn get(spec: &FetchSpec, url: &str, from: Option<u64>) -> Result<Response<hyper::body::Incoming>, FetchError> {
     let transfer = |message: String| FetchError::Transfer { url: url.to_owned(), message };
     let mut uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| transfer(e.to_string()))?;
-    let origin = uri.authority().cloned();
+    let endpoint: Option<Uri> = spec.endpoint.parse().ok();
     let client = crate::hub::client(url).map_err(|e| transfer(e.to_string()))?;
     for _ in 0..=MAX_REDIRECTS {
         let mut builder = Request::get(uri.clone()).header(USER_AGENT, concat!("pd-operator/", env!("CARGO_PKG_VERSION")));
-        if let Some(t) = spec.token.as_deref().filter(|_| uri.authority() == origin.as_ref()) {
+        if let Some(t) = spec.token.as_deref().filter(|_| endpoint.as_ref().is_some_and(|e| sends_token(e, &uri))) {
             builder = builder.header(AUTHORIZATION, format!("Bearer {t}"));
         }
         if let Some(from) = from {
@@ -337,10 +398,46 @@ async fn get(spec: &FetchSpec, url: &str, from: Option<u64>) -> Result<Response<
         if response.status().is_redirection()
             && let Some(next) = response.headers().get(LOCATION).and_then(|l| l.to_str().ok()).and_then(|l| crate::hub::follow(&uri, l))
         {
+            if !pd_core::egress::fetch_redirect_allowed(url, &next.to_string()) {
+                return Err(transfer(format!(
+                    "HTTP {} redirects to {}, which the fetch does not follow (only https, to no loopback, link-local or metadata host)",
+                    response.status().as_u16(),
+                    pd_core::remote::excerpt(&format!(
+                        "{}://{}",
+                        next.scheme_str().unwrap_or_default(),
+                        next.authority().map_or("", |a| a.as_str())
+                    ))
+                )));
+            }
             uri = next;
             continue;
         }
         return Ok(response);
     }
     Err(transfer(format!("more than {MAX_REDIRECTS} redirects")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_goes_only_to_the_endpoints_scheme_host_and_port() {
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        let hub = uri("https://huggingface.co");
+        assert!(sends_token(&hub, &uri("https://huggingface.co/api/models/a/b/tree/main")));
+        assert!(sends_token(&hub, &uri("https://HuggingFace.co:443/a/b/resolve/x/c.json")));
+        for elsewhere in [
+            "http://huggingface.co/a",
+            "http://huggingface.co:443/a",
+            "https://huggingface.co:8443/a",
+            "https://cdn-lfs.hf.co/x",
+            "https://evil.example/huggingface.co",
+        ] {
+            assert!(!sends_token(&hub, &uri(elsewhere)), "{elsewhere}");
+        }
+        let mirror = uri("http://127.0.0.1:8080");
+        assert!(sends_token(&mirror, &uri("http://127.0.0.1:8080/x")));
+        assert!(!sends_token(&mirror, &uri("http://127.0.0.1:8081/x")) && !sends_token(&mirror, &uri("https://127.0.0.1:8080/x")));
+    }
 }

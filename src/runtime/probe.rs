@@ -14,6 +14,11 @@ use pd_core::handshake::pyvalue;
 
 /// SGLang's decode uses a 5 s timeout for the topology fetch.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most characters of a bootstrap server's own text a verdict carries (into the pod's
+/// condition and the PDDeployment's status): SGLang's texts ("Prefill server not fully
+/// registered yet (1 workers registered).") fit whole; anything longer is cut by
+/// `pd_core::remote`, as every remote text is.
+const BOOTSTRAP_TEXT: usize = 160;
 /// Largest bootstrap answer read; a real topology body is well under 4 KiB.
 pub const MAX_BODY: usize = 256 << 10;
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -82,10 +87,10 @@ fn transport_pending(e: &HttpError) -> Verdict {
 
 /// Steps 1–4 on a fetched topology answer: status, strict parse, checks, mapping, receiver rules.
 pub fn assess(d: &DecodeTopology, status: u16, body: &[u8]) -> Result<(Value, PrefillInfo, core::Handshake), Box<Verdict>> {
-    let text = String::from_utf8_lossy(body);
+    let text = pd_core::remote::excerpt_within(&String::from_utf8_lossy(body), BOOTSTRAP_TEXT);
     match status {
         200 => {}
-        503 => return Err(Box::new(Verdict::pending("Registering", text.into_owned()))),
+        503 => return Err(Box::new(Verdict::pending("Registering", text))),
         s => return Err(Box::new(Verdict::pending("BootstrapError", format!("bootstrap server answered {s}: {text}")))),
     }
     let incompatible = |why: String| {
@@ -147,6 +152,11 @@ fn receiver_text(row: Row) -> String {
     format!("Could not fetch bootstrap info for: prefill_dp_rank: {dp} prefill_cp_rank: {cp} target_tp_rank: {tp} and target_pp_rank {pp}")
 }
 
+/// A bootstrap server's answer as a verdict may carry it.
+fn bootstrap_text(r: &HttpResponse) -> String {
+    pd_core::remote::excerpt_within(&r.text(), BOOTSTRAP_TEXT)
+}
+
 async fn get(addr: &str, path: &str) -> Result<HttpResponse, HttpError> {
     http_client::send(hyper::Method::GET, addr, path, None, FETCH_TIMEOUT, MAX_BODY).await
 }
@@ -190,12 +200,12 @@ pub async fn probe(addr: &str, d: &DecodeTopology) -> Verdict {
                     );
                 }
             },
-            Ok(r) if r.status == 503 => return Verdict::pending("Registering", r.text()),
+            Ok(r) if r.status == 503 => return Verdict::pending("Registering", bootstrap_text(&r)),
             Ok(r) => {
                 return Verdict::failed(
                     "RuntimeError",
                     "PrefillRankMissing",
-                    format!("{} (bootstrap server answered {}: {})", receiver_text(row), r.status, r.text()),
+                    format!("{} (bootstrap server answered {}: {})", receiver_text(row), r.status, bootstrap_text(&r)),
                     Some(info),
                 );
             }
@@ -243,6 +253,15 @@ mod tests {
         assert!(matches!(registering, Verdict::Pending { .. }) && reason(&registering) == "Registering");
         let broken = verdict(64, 500, b"boom");
         assert!(matches!(broken, Verdict::Pending { .. }) && reason(&broken) == "BootstrapError");
+        let page = verdict(64, 502, b"<html><body>internal admin console, token=abc</body></html>");
+        assert_eq!(page.reason_and_message(), ("BootstrapError".to_owned(), "bootstrap server answered 502: an HTML page".to_owned()));
+        let Verdict::Pending { message, .. } = verdict(64, 503, "x".repeat(10_000).as_bytes()) else { panic!("503 waits") };
+        assert!(message.chars().count() <= BOOTSTRAP_TEXT + 1, "a long answer is cut");
+        assert_eq!(
+            registering.reason_and_message().1,
+            "Prefill server not fully registered yet (1 workers registered).",
+            "SGLang's own text stays whole"
+        );
         let Verdict::Failed { reason, error, .. } = verdict(32, 200, BODY.as_bytes()) else { panic!("page size must fail") };
         assert_eq!(reason, "PageSizeMismatch");
         assert!(error.starts_with("Page size mismatch: prefill server has page_size=64, but decode server has page_size=32."));

@@ -1,9 +1,13 @@
 //! A stand-in Hugging Face Hub for the tiers where the real one cannot be reached: it serves
 //! `/{repo}/resolve/{revision}/{file}` as the Hub does (with `Range`), the tree listing
-//! `/api/models/{repo}/tree/{revision}` (sizes, and the sha256 of LFS files), 404 for what it does
-//! not hold, and 401 for a gated repository asked without its token (`Authorization: Bearer`).
-//! It counts the file bytes it sends, and can be told to fail a file's next answer (a connection
-//! dropped mid-body, a corrupted body, a status). Plain threads and `std::net`, so any test can
+//! `/api/models/{repo}/tree/{revision}` (sizes, the git blob id of every file and the sha256 of
+//! LFS files), the model info `/api/models/{repo}/revision/{revision}` (the commit, `sha`), 404
+//! for what it does not hold, and 401 for a gated repository asked without its token
+//! (`Authorization: Bearer`). Each stored revision has a commit id of its own, and a branch can be
+//! moved to another stored revision while it serves. It counts the file bytes it sends, records
+//! the token each request carried, and can be told to fail a file's next answer (a connection
+//! dropped mid-body, a corrupted or longer body, a status, a redirect), to serve a file whose
+//! bytes differ from the listed ones, or to name a next listing page elsewhere. Plain threads and `std::net`, so any test can
 //! start one; `pd-sim hub` runs one in a pod (the kind tier's in-cluster Hub), its count at
 //! `GET /-/served`.
 
@@ -14,12 +18,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What the stand-in holds: files by `repo/revision/file`, the sha256 of those that are LFS
-/// files (the listing gives it), and the token each gated repo wants.
+/// files (the listing gives it), the token each gated repo wants, the bytes served instead of
+/// the listed ones (`tamper`), and where moved branches point (`repo/branch` → stored revision).
 #[derive(Clone, Debug, Default)]
 pub struct HubFiles {
     pub files: BTreeMap<String, Arc<Vec<u8>>>,
     pub lfs: BTreeMap<String, String>,
     pub gated: BTreeMap<String, String>,
+    pub tampered: BTreeMap<String, Arc<Vec<u8>>>,
+    refs: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+/// The commit id the stand-in gives a stored revision of `repo` (40 hex digits, stable).
+pub fn commit_of(repo: &str, revision: &str) -> String {
+    let mut h = pd_core::model_fetch::FileHash::default();
+    h.update(format!("{repo}@{revision}").as_bytes());
+    h.hex()[..40].to_owned()
 }
 
 impl HubFiles {
@@ -40,6 +54,30 @@ impl HubFiles {
         self
     }
 
+    /// Serves `bytes` for `file` while the listing keeps the hashes of the stored bytes.
+    pub fn tamper(mut self, repo: &str, revision: &str, file: &str, bytes: Vec<u8>) -> Self {
+        self.tampered.insert(format!("{repo}/{revision}/{file}"), Arc::new(bytes));
+        self
+    }
+
+    /// Points branch `reference` of `repo` at the stored revision `to` (a push to the branch).
+    pub fn move_ref(&self, repo: &str, reference: &str, to: &str) {
+        self.refs.lock().unwrap_or_else(|p| p.into_inner()).insert(format!("{repo}/{reference}"), to.to_owned());
+    }
+
+    /// The stored revision a request's revision names: a commit id, a moved branch, or itself.
+    fn stored(&self, repo: &str, revision: &str) -> String {
+        if pd_core::hub_id::is_commit(revision) {
+            let prefix = format!("{repo}/");
+            let names = self.files.keys().filter_map(|k| k.strip_prefix(&prefix)?.split('/').next());
+            if let Some(name) = names.into_iter().find(|name| commit_of(repo, name) == revision) {
+                return name.to_owned();
+            }
+        }
+        let refs = self.refs.lock().unwrap_or_else(|p| p.into_inner());
+        refs.get(&format!("{repo}/{revision}")).cloned().unwrap_or_else(|| revision.to_owned())
+    }
+
     /// Answers `repo` only to requests carrying `token`.
     pub fn gate(mut self, repo: &str, token: &str) -> Self {
         self.gated.insert(repo.to_owned(), token.to_owned());
@@ -54,10 +92,13 @@ impl HubFiles {
             .iter()
             .filter_map(|(k, body)| Some((k, k.strip_prefix(&prefix)?, body)))
             .map(|(key, path, body)| {
-                let mut entry = serde_json::json!({"type": "file", "oid": "0", "size": body.len(), "path": path});
+                let oid = pd_core::model_fetch::git_blob_id(body);
+                let mut entry = serde_json::json!({"type": "file", "oid": oid, "size": body.len(), "path": path});
                 if let Some(sha256) = self.lfs.get(key) {
-                    entry["size"] = 135.into();
-                    entry["lfs"] = serde_json::json!({"oid": sha256, "size": body.len(), "pointerSize": 135});
+                    let pointer = format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {}\n", body.len());
+                    entry["oid"] = pd_core::model_fetch::git_blob_id(pointer.as_bytes()).into();
+                    entry["size"] = pointer.len().into();
+                    entry["lfs"] = serde_json::json!({"oid": sha256, "size": body.len(), "pointerSize": pointer.len()});
                 }
                 entry
             })
@@ -67,8 +108,12 @@ impl HubFiles {
 }
 
 /// A failure of a file's next answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
+    /// Answers `302 Found` with `Location: <to>`.
+    Redirect { to: String },
+    /// Sends the whole body and `extra` bytes more than listed.
+    Longer { extra: usize },
     /// Sends the headers for the whole body, then `after` bytes of it, then closes.
     Drop { after: usize },
     /// Sends the whole body with one byte changed.
@@ -78,6 +123,9 @@ pub enum Fault {
     /// Sends `after` bytes of the body, then waits for `HubStandIn::release` before the rest.
     Hold { after: usize },
 }
+
+/// Every request's path and the bearer token it carried.
+type Bearers = Arc<Mutex<Vec<(String, Option<String>)>>>;
 
 /// A running stand-in; it serves until the test process exits.
 pub struct HubStandIn {
@@ -89,6 +137,10 @@ pub struct HubStandIn {
     pub served: Arc<AtomicU64>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
     released: Arc<std::sync::atomic::AtomicBool>,
+    /// Every request's path and the bearer token it carried.
+    bearers: Bearers,
+    link_next: Arc<Mutex<Option<String>>>,
+    files: Arc<HubFiles>,
 }
 
 /// What a connection's thread shares with the stand-in.
@@ -99,6 +151,8 @@ struct Shared {
     served: Arc<AtomicU64>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
     released: Arc<std::sync::atomic::AtomicBool>,
+    bearers: Bearers,
+    link_next: Arc<Mutex<Option<String>>>,
 }
 
 impl HubStandIn {
@@ -117,6 +171,8 @@ impl HubStandIn {
             served: Arc::default(),
             faults: Arc::default(),
             released: Arc::default(),
+            bearers: Arc::default(),
+            link_next: Arc::default(),
         };
         let stand_in = Self {
             endpoint,
@@ -124,6 +180,9 @@ impl HubStandIn {
             served: shared.served.clone(),
             faults: shared.faults.clone(),
             released: shared.released.clone(),
+            bearers: shared.bearers.clone(),
+            link_next: shared.link_next.clone(),
+            files: shared.files.clone(),
         };
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -146,6 +205,22 @@ impl HubStandIn {
     /// Fails the next answer for a file whose request path ends with `path_suffix`.
     pub fn inject(&self, path_suffix: &str, fault: Fault) {
         self.faults.lock().unwrap_or_else(|p| p.into_inner()).push((path_suffix.to_owned(), fault));
+    }
+
+    /// The bearer token each request whose path contains `fragment` carried, in order.
+    pub fn bearers(&self, fragment: &str) -> Vec<Option<String>> {
+        let all = self.bearers.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().filter(|(path, _)| path.contains(fragment)).map(|(_, b)| b.clone()).collect()
+    }
+
+    /// Names `url` as the next page (`Link: <url>; rel="next"`) of the next tree listing.
+    pub fn link_next(&self, url: &str) {
+        *self.link_next.lock().unwrap_or_else(|p| p.into_inner()) = Some(url.to_owned());
+    }
+
+    /// Points branch `reference` of `repo` at the stored revision `to` from now on.
+    pub fn move_ref(&self, repo: &str, reference: &str, to: &str) {
+        self.files.move_ref(repo, reference, to);
     }
 
     /// Lets every held answer (`Fault::Hold`) send the rest of its body.
@@ -174,6 +249,7 @@ pub fn answer(files: &HubFiles, path: &str, bearer: Option<&str>, from: Option<u
     let parts: Vec<&str> = path.trim_start_matches('/').splitn(6, '/').collect();
     let (repo, revision, file) = match parts[..] {
         ["api", "models", org, name, "tree", revision] => (format!("{org}/{name}"), revision, None),
+        ["api", "models", org, name, "revision", revision] => (format!("{org}/{name}"), revision, Some("")),
         [org, name, "resolve", revision, ..] => {
             let file = path.trim_start_matches('/').splitn(5, '/').nth(4).unwrap_or_default();
             (format!("{org}/{name}"), revision, Some(file))
@@ -186,11 +262,16 @@ pub fn answer(files: &HubFiles, path: &str, bearer: Option<&str>, from: Option<u
         return text(401, &format!("Access to model {repo} is restricted. You must have access to it and be authenticated to access it."));
     }
     // The revision (and a file's name) come percent-encoded (`refs%2Fpr%2F1`).
-    let revision = revision.replace("%2F", "/");
+    let revision = files.stored(&repo, &revision.replace("%2F", "/"));
     let Some(file) = file else {
         return files.tree(&repo, &revision).map_or_else(|| text(404, "Repository Not Found"), |t| text(200, &t));
     };
-    let Some(body) = files.files.get(&format!("{repo}/{revision}/{}", file.replace("%20", " "))) else {
+    if file.is_empty() {
+        let info = serde_json::json!({"id": repo, "sha": commit_of(&repo, &revision)}).to_string();
+        return files.tree(&repo, &revision).map_or_else(|| text(404, "Revision Not Found"), |_| text(200, &info));
+    }
+    let key = format!("{repo}/{revision}/{}", file.replace("%20", " "));
+    let Some(body) = files.tampered.get(&key).or_else(|| files.files.get(&key)) else {
         return text(404, "Repository Not Found");
     };
     match from.filter(|f| *f > 0) {
@@ -230,6 +311,7 @@ pub const SERVED_PATH: &str = "/-/served";
 
 fn serve(stream: TcpStream, shared: &Shared) {
     let Some((path, bearer, from)) = read_request(&stream) else { return };
+    shared.bearers.lock().unwrap_or_else(|p| p.into_inner()).push((path.clone(), bearer.clone()));
     let mut a = if path == SERVED_PATH {
         text(200, &serde_json::json!({"bytes": shared.served.load(Ordering::SeqCst)}).to_string())
     } else {
@@ -244,8 +326,24 @@ fn serve(stream: TcpStream, shared: &Shared) {
     };
     let mut send = a.body.len();
     let mut hold = None;
+    let mut extra_headers = String::new();
+    if a.status == 200
+        && path.contains("/tree/")
+        && let Some(next) = shared.link_next.lock().unwrap_or_else(|p| p.into_inner()).take()
+    {
+        extra_headers = format!("link: <{next}>; rel=\"next\"\r\n");
+    }
     match fault {
         Some(Fault::Status(status)) => a = text(status, "injected"),
+        Some(Fault::Redirect { to }) => {
+            a = text(302, "Found");
+            extra_headers = format!("location: {to}\r\n");
+        }
+        Some(Fault::Longer { extra }) => {
+            let mut longer = a.body.to_vec();
+            longer.extend(noise(extra, 7));
+            (a.body, send) = (Arc::new(longer), send + extra);
+        }
         Some(Fault::Drop { after }) => send = after.min(send),
         Some(Fault::Hold { after }) => hold = Some(after),
         Some(Fault::Corrupt) => {
@@ -261,7 +359,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let reason = if a.status < 300 { "OK" } else { "Error" };
     let range = a.range.as_ref().map(|r| format!("content-range: {r}\r\n")).unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{range}connection: close\r\n\r\n",
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{range}{extra_headers}connection: close\r\n\r\n",
         a.status,
         a.body.len()
     );
@@ -338,6 +436,29 @@ pub async fn run(listen: &str, repos: &[Repo], stop: tokio_util::sync::Cancellat
 mod tests {
     use super::*;
 
+    use pd_core::model_fetch::Digest;
+
+    #[test]
+    fn a_branch_resolves_to_its_commit_and_moves_while_commits_stay() {
+        let files = HubFiles::default().file("a/b", "main", "x.txt", "one").file("a/b", "v2", "x.txt", "two").tamper(
+            "a/b",
+            "v2",
+            "x.txt",
+            "owt".into(),
+        );
+        let info =
+            |rev: &str| pd_core::model_fetch::parse_revision(&answer(&files, &format!("/api/models/a/b/revision/{rev}"), None, None).body);
+        let first = info("main").unwrap();
+        assert_eq!(first, commit_of("a/b", "main"));
+        files.move_ref("a/b", "main", "v2");
+        assert_eq!(info("main").unwrap(), commit_of("a/b", "v2"));
+        assert_eq!(answer(&files, &format!("/a/b/resolve/{first}/x.txt"), None, None).body.as_slice(), b"one", "a commit stays");
+        assert_eq!(answer(&files, "/a/b/resolve/main/x.txt", None, None).body.as_slice(), b"owt", "tampered bytes are served");
+        let listed = pd_core::model_fetch::parse_tree(&answer(&files, "/api/models/a/b/tree/main", None, None).body).unwrap();
+        assert_eq!(listed[0].digest, Digest::GitBlob(pd_core::model_fetch::git_blob_id(b"two")), "the listing keeps the stored bytes' id");
+        assert_eq!(answer(&files, "/api/models/a/b/revision/none", None, None).status, 404);
+    }
+
     #[test]
     fn the_tree_lists_sizes_and_lfs_hashes_and_files_answer_ranges() {
         let files = HubFiles::default().file("a/b", "main", "config.json", "{}").blob("a/b", "main", "w/x.bin", b"abc".to_vec(), true);
@@ -345,9 +466,11 @@ mod tests {
         let listed = pd_core::model_fetch::parse_tree(&tree.body).unwrap();
         assert_eq!(listed[1].path, "w/x.bin");
         assert_eq!(
-            (listed[1].size, listed[1].sha256.as_deref()),
-            (3, Some("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"))
+            (listed[1].size, &listed[1].digest),
+            (3, &Digest::Sha256("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into()))
         );
+        // `git hash-object` of `{}`.
+        assert_eq!(listed[0].digest, Digest::GitBlob("9e26dfeeb6e641a33dae4961196235bdb965b21b".into()));
         let part = answer(&files, "/a/b/resolve/main/w/x.bin", None, Some(1));
         assert_eq!((part.status, part.body.as_slice(), part.range.as_deref()), (206, &b"bc"[..], Some("bytes 1-2/3")));
         assert_eq!(answer(&files, "/a/b/resolve/main/w/x.bin", None, Some(3)).status, 416);
@@ -368,7 +491,8 @@ mod tests {
         let r = Repo { repo: "a/b".into(), revision: "main".into(), config: "{}".into(), shards: 2, shard_bytes: 1000 };
         let hub = HubStandIn::start(HubFiles::default().repo(&r));
         let listed = pd_core::model_fetch::parse_tree(&get(&hub.endpoint, "/api/models/a/b/tree/main")).unwrap();
-        let names: Vec<(&str, u64, bool)> = listed.iter().map(|f| (f.path.as_str(), f.size, f.sha256.is_some())).collect();
+        let names: Vec<(&str, u64, bool)> =
+            listed.iter().map(|f| (f.path.as_str(), f.size, matches!(f.digest, Digest::Sha256(_)))).collect();
         assert_eq!(
             names,
             [

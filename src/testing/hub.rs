@@ -34,6 +34,35 @@ pub fn spec(name: &str, endpoint: &str, repo: &str, more: &str, decode: &str) ->
     )
 }
 
+/// The kwok tier's pod annotations the stage `pd-model-read-modelled` ends a reading pod with
+/// (hack/kwok/pod-stages.yaml): the config it read, or the reader's error.
+pub const SEEDED_CONFIG: &str = "kwok.pd.inference.dev/model-config";
+pub const SEEDED_ERROR: &str = "kwok.pd.inference.dev/model-config-error";
+
+/// `spec` (a PDDeployment of `spec()`) with what its reading pod says seeded for the kwok tier:
+/// the real `pd-operator read-model-config`, run here with the arguments of the Job the operator
+/// renders for it (`pd_core::model_read::job`) against the stand-in Hub on this host, given
+/// `token` as `HF_TOKEN` as the pod is from the Secret `tokenSecretRef` names. kwok runs no
+/// container: its stage ends the reading pod with this message, as the kubelet would.
+pub fn seeded(spec: &str, token: Option<&str>) -> String {
+    let pdd: pd_api::PDDeployment = serde_norway::from_str(spec).expect("a PDDeployment");
+    let job = pd_core::model_read::job(&pdd, "pd-operator").expect("a source the operator reads with a Job");
+    let container = job.spec.and_then(|s| s.template.spec).map(|p| p.containers[0].clone()).expect("the reading container");
+    let args: Vec<String> = container.args.unwrap_or_default().into_iter().take_while(|a| a != "--termination-log").collect();
+    let mut reader = std::process::Command::new(crate::bin("pd-operator"));
+    reader.args(&args).env_remove(pd_core::model_read::TOKEN_ENV);
+    if let Some(t) = token {
+        reader.env(pd_core::model_read::TOKEN_ENV, t);
+    }
+    let o = reader.output().expect("run pd-operator read-model-config");
+    let message = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let key = if o.status.success() { SEEDED_CONFIG } else { SEEDED_ERROR };
+    let annotation = serde_json::to_string(&message).expect("a JSON string is a YAML scalar");
+    let at = "prefill: {parallelism: {tp: 8}}";
+    assert!(spec.contains(at), "spec() has a plain prefill: {spec}");
+    spec.replace(at, &format!("prefill: {{parallelism: {{tp: 8}}, template: {{annotations: {{{key}: {annotation}}}}}}}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

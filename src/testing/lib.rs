@@ -313,6 +313,13 @@ pub struct ControllerProcess {
 /// (bind to port 0) could be given to some test's outgoing connection between the pick and the
 /// stand-in's bind; a registrar once lost its port that way and its registered ranks refused.
 const FREE_PORTS: std::ops::Range<u16> = 20000..32768;
+/// The egress lists the suites' operator runs with: the defaults, and 127.0.0.1 by its address.
+pub const LOOPBACK_EGRESS: [&str; 4] = [
+    "--allowed-hub-endpoints",
+    "https://huggingface.co,http://127.0.0.1",
+    "--allowed-prometheus-hosts",
+    "*.svc,*.svc.cluster.local,http://127.0.0.1",
+];
 
 /// A port nothing listens on, and one this test process has not handed out before (two replicas
 /// started together once got the same admin port). Chosen at random in [`FREE_PORTS`], so test
@@ -370,10 +377,15 @@ impl ControllerProcess {
         // The suites' operator image, unless the test names one (an operator upgrade).
         let image: &[&str] =
             if self.extra.iter().any(|a| a == "--operator-image") { &[] } else { &["--operator-image", "pd-operator:e2e"] };
+        // The suites' stand-in Hubs and Prometheus listen on this host's loopback: this test
+        // platform lists 127.0.0.1 by its exact address, as a platform team may list a host the
+        // built-in refusals would keep out (`pd_core::egress`); unless the test sets the lists.
+        let egress: &[&str] = if self.extra.iter().any(|a| a.starts_with("--allowed-")) { &[] } else { &LOOPBACK_EGRESS };
         let child = Command::new(bin("pd-operator"))
             .args(["controller", "--namespace", &self.namespace, "--leader-election-namespace", &self.namespace])
             .args(["--admin-addr", &format!("127.0.0.1:{}", self.admin_port)])
             .args(image)
+            .args(egress)
             .args(&self.extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("PD_LOG_LEVEL", "info,pd_operator=debug")

@@ -117,7 +117,7 @@ fn the_status_follows_the_job_from_creation_to_fetched() {
     assert!(going.message.contains("50 of 100 bytes, 1/3 files"), "{}", going.message);
     let retried = Progress { error: Some("GET http://hub/x: connection reset".into()), ..half.clone() };
     assert!(read(&m, "j", Some(&job(&[], Some(&retried)))).message.contains("an attempt failed (GET http://hub/x: connection reset)"));
-    let all = Progress { bytes: 100, total_bytes: 100, files: 3, total_files: 3, downloaded: 0, done: true, error: None };
+    let all = Progress { bytes: 100, total_bytes: 100, files: 3, total_files: 3, downloaded: 0, done: true, error: None, commit: None };
     let done = read(&m, "j", Some(&job(&[("Complete", "")], Some(&all))));
     assert_eq!((done.status.phase.as_str(), done.ready, done.reason.as_str(), done.status.total_files), (FETCHED, true, "Fetched", 3));
     assert_eq!(done.status.job, "j");
@@ -163,19 +163,30 @@ fn the_final_figures_come_from_the_newest_pods_termination_message_when_the_anno
 }
 
 #[test]
-fn the_tree_listing_gives_sizes_and_the_lfs_sha256_and_refuses_paths_outside() {
-    let body = br#"[{"type":"directory","oid":"d","size":0,"path":"sub"},
-        {"type":"file","oid":"a1","size":12,"path":"config.json"},
-        {"type":"file","oid":"b2","size":135,"path":"sub/model.safetensors","lfs":{"oid":"ABCD","size":4096,"pointerSize":135}}]"#;
-    let files = parse_tree(body).unwrap();
+fn the_tree_listing_gives_sizes_and_the_hubs_hashes_and_refuses_paths_outside() {
+    let (blob, sha) = ("A1".repeat(20), "ab".repeat(32));
+    let body = format!(
+        r#"[{{"type":"directory","oid":"d","size":0,"path":"sub"}},
+        {{"type":"file","oid":"{blob}","size":12,"path":"config.json"}},
+        {{"type":"file","oid":"{blob}","size":135,"path":"sub/model.safetensors","lfs":{{"oid":"{sha}","size":4096,"pointerSize":135}}}}]"#
+    );
+    let files = parse_tree(body.as_bytes()).unwrap();
     assert_eq!(
         files,
         [
-            RepoFile { path: "config.json".into(), size: 12, sha256: None },
-            RepoFile { path: "sub/model.safetensors".into(), size: 4096, sha256: Some("abcd".into()) }
+            RepoFile { path: "config.json".into(), size: 12, digest: Digest::GitBlob("a1".repeat(20)) },
+            RepoFile { path: "sub/model.safetensors".into(), size: 4096, digest: Digest::Sha256(sha.clone()) }
         ]
     );
-    assert!(parse_tree(br#"[{"type":"file","size":1,"path":"../etc/x"}]"#).unwrap_err().contains("not a path inside"));
+    let entry = |path: &str| serde_json::json!([{"type": "file", "oid": blob, "size": 1, "path": path}]).to_string();
+    for outside in ["../etc/x", "/etc/passwd", "a/../../b", "a//b", "./a", "a\\..\\b", "a\u{0}b"] {
+        let e = parse_tree(entry(outside).as_bytes()).unwrap_err();
+        assert!(e.contains("not a path inside"), "{outside}: {e}");
+    }
+    // A file the Hub gives no hash for cannot be proven: refused, not checked by size.
+    let e = parse_tree(br#"[{"type":"file","size":1,"path":"x.py"}]"#).unwrap_err();
+    assert!(e.contains("\"x.py\" no sha256 (LFS) or git blob id"), "{e}");
+    assert!(parse_tree(br#"[{"type":"file","oid":"zz","size":1,"path":"x.py"}]"#).is_err(), "not hex");
     assert!(parse_tree(b"<html>").unwrap_err().starts_with("not the Hub's tree listing"));
     assert_eq!(tree_url("http://h/", "a/b", "refs/pr/1"), "http://h/api/models/a/b/tree/refs%2Fpr%2F1?recursive=true");
     assert_eq!(file_url("http://h", "a/b", "main", "sub/m 1.bin"), "http://h/a/b/resolve/main/sub/m%201.bin");
@@ -188,4 +199,57 @@ fn the_tree_listing_gives_sizes_and_the_lfs_sha256_and_refuses_paths_outside() {
     h.update(b"ab");
     h.update(b"c");
     assert_eq!(h.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+#[test]
+fn a_files_hash_is_the_hubs_kind_sha256_for_lfs_and_the_git_blob_id_otherwise() {
+    // The ids `git hash-object` gives for these bytes.
+    assert_eq!(git_blob_id(b"hello\n"), "ce013625030ba8dba906f756967f9e9ca394464a");
+    assert_eq!(git_blob_id(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+    let blob = Digest::GitBlob("ce013625030ba8dba906f756967f9e9ca394464a".into());
+    let mut h = blob.hasher(6);
+    h.update(b"hel");
+    h.update(b"lo\n");
+    assert_eq!((h.hex(), blob.name()), (blob.hex().to_owned(), "git blob id"));
+    let lfs = Digest::Sha256("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into());
+    let mut h = lfs.hasher(3);
+    h.update(b"abc");
+    assert_eq!((h.hex(), lfs.name()), (lfs.hex().to_owned(), "sha256"));
+}
+
+#[test]
+fn the_model_info_gives_the_commit_a_revision_names() {
+    assert_eq!(revision_url("https://h/", "a/b", "refs/pr/1"), "https://h/api/models/a/b/revision/refs%2Fpr%2F1");
+    let sha = "0123456789ABCDEF0123456789abcdef01234567";
+    assert_eq!(parse_revision(format!(r#"{{"id":"a/b","sha":"{sha}"}}"#).as_bytes()), Ok(sha.to_ascii_lowercase()));
+    assert!(parse_revision(br#"{"id":"a/b","sha":"../../x"}"#).unwrap_err().contains("not 40 hex digits"));
+    assert!(parse_revision(b"<html>").unwrap_err().starts_with("not the Hub's model info"));
+    let pinned = Progress { commit: Some(sha.into()), ..Default::default() };
+    assert_eq!(Progress::parse(&pinned.to_json()).and_then(|p| p.commit).as_deref(), Some(sha));
+}
+
+#[test]
+fn a_repository_or_revision_leaving_its_directory_is_refused_with_the_field() {
+    let findings = |hf: serde_json::Value, revision: Option<&str>| -> Vec<String> {
+        let spec: pd_api::PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"path": "acme/ft", "revision": revision, "source": {"huggingFace": hf}}, "kvTransfer": {"pageSize": 64},
+            "prefill": {"parallelism": {"tp": 2}}, "decode": {"parallelism": {"tp": 2}}}))
+        .unwrap();
+        crate::validate::validate("m", &spec, None)
+            .into_iter()
+            .filter(|f| f.rule == "hub-id")
+            .map(|f| format!("{}: {}", f.field, f.fix))
+            .collect()
+    };
+    let cache = serde_json::json!({"claimName": "shared"});
+    assert_eq!(findings(serde_json::json!({"repo": "acme/ft", "revision": "refs/pr/1", "cache": cache}), Some("v1")), Vec::<String>::new());
+    let bad = findings(serde_json::json!({"repo": "x/../other", "revision": "../../other/main", "cache": cache}), Some("/abs"));
+    assert_eq!(
+        bad,
+        [
+            "spec.model.source.huggingFace.repo: give the Hub's repository id, e.g. Qwen/Qwen3-8B",
+            "spec.model.source.huggingFace.revision: give a branch, tag or commit: main, v1.0, refs/pr/1 or a 40-hex commit",
+            "spec.model.revision: give a branch, tag or commit: main, v1.0, refs/pr/1 or a 40-hex commit"
+        ]
+    );
 }

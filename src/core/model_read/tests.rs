@@ -25,8 +25,13 @@ fn each_mounted_source_is_read_where_the_engines_find_it() {
     assert_eq!(request(&image.spec.model).unwrap().origin, "image registry.example/qwen3:1: /models/config.json");
     let host = pdd(serde_json::json!({"hostPath": {"path": "/mnt/qwen3"}}));
     assert_eq!(request(&host.spec.model).unwrap().field, "spec.model.source.hostPath");
-    let hub = pdd(serde_json::json!({"huggingFace": {"repo": "acme/qwen3-ft"}}));
-    assert_eq!(request(&hub.spec.model), None, "a Hub source's is read from the Hub");
+    let hub = pdd(serde_json::json!({"huggingFace": {"repo": "acme/qwen3-ft", "endpoint": "http://mirror/"}}));
+    let read = request(&hub.spec.model).unwrap();
+    assert_eq!(
+        (read.field, read.origin.as_str()),
+        ("spec.model.source.huggingFace", "http://mirror/acme/qwen3-ft/resolve/main/config.json")
+    );
+    assert!(matches!(read.from, ReadFrom::Hub(ref r) if r.url == read.origin && r.repo == "acme/qwen3-ft"), "{read:?}");
     let mut given = p.clone();
     given.spec.model.config_map_ref = Some(pd_api::ConfigMapKeyRef { name: "mine".into(), key: "config.json".into() });
     assert_eq!(request(&given.spec.model), None, "a configMapRef wins");
@@ -54,8 +59,45 @@ fn the_job_mounts_the_source_read_only_beside_the_engines_and_never_retries_much
         c.args.as_deref().unwrap(),
         [SUBCOMMAND, "--file", "/models/qwen3-ft/config.json", "--termination-log", "/dev/termination-log"]
     );
-    assert!(c.resources.as_ref().unwrap().requests.as_ref().unwrap().keys().all(|k| k == "cpu" || k == "memory"), "no GPU");
-    assert_eq!(job(&pdd(serde_json::json!({"huggingFace": {"repo": "acme/x"}})), "i"), None);
+    let resources = c.resources.as_ref().unwrap();
+    assert!(resources.requests.as_ref().unwrap().keys().all(|k| ["cpu", "memory", "ephemeral-storage"].contains(&k.as_str())), "no GPU");
+    let limits = resources.limits.as_ref().unwrap();
+    assert!(["cpu", "memory", "ephemeral-storage"].iter().all(|k| limits.contains_key(*k)), "{limits:?}");
+    assert_eq!(c.security_context, Some(render::restricted_security_context()));
+    assert_eq!(c.env, None, "a mounted source's reader gets no token");
+}
+
+/// A Hub source's reader: no volume, the URL, and the token from the Secret by reference into
+/// this pod alone (the operator never reads it).
+#[test]
+fn a_hub_sources_job_gets_the_url_and_the_token_by_reference_and_no_rights() {
+    let p =
+        pdd(serde_json::json!({"huggingFace": {"repo": "acme/x", "endpoint": "http://hub", "tokenSecretRef": {"name": "hf", "key": "t"}}}));
+    let pod = job(&p, "pd-operator:dev").unwrap().spec.unwrap().template.spec.unwrap();
+    assert_eq!((pod.volumes.as_ref(), pod.automount_service_account_token), (None, Some(false)));
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.args.as_deref().unwrap(),
+        [
+            SUBCOMMAND,
+            "--url",
+            "http://hub/acme/x/resolve/main/config.json",
+            "--repo",
+            "acme/x",
+            "--token-secret",
+            "hf",
+            "--token-key",
+            "t",
+            "--termination-log",
+            "/dev/termination-log"
+        ]
+    );
+    let env = c.env.as_ref().unwrap();
+    let secret = env[0].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+    assert_eq!((env[0].name.as_str(), secret.name.as_str(), secret.key.as_str(), env[0].value.as_ref()), (TOKEN_ENV, "hf", "t", None));
+    assert_eq!(c.volume_mounts, None);
+    let other = pdd(serde_json::json!({"huggingFace": {"repo": "acme/y", "endpoint": "http://hub"}}));
+    assert_ne!(job_name("m", &p.spec.model), job_name("m", &other.spec.model), "another repository, another Job");
 }
 
 #[test]
@@ -75,7 +117,13 @@ fn a_config_travels_in_the_message_compact_or_gzipped_and_an_error_says_why() {
     let noise: String = (0..313u32).map(|i| format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(i.to_le_bytes()))).collect();
     let e = encode(&serde_json::json!({"x": noise}).to_string()).unwrap_err();
     assert!(e.contains("over the 4096 bytes a termination message carries") && e.contains("spec.model.configMapRef"), "{e}");
-    assert_eq!(decode("error: /models/config.json: no such file").unwrap_err(), "/models/config.json: no such file");
+    let e = decode("error: /models/config.json: no such file").unwrap_err();
+    assert_eq!((e.reason, e.message.as_str()), (NOT_READ, "/models/config.json: no such file"));
+    // A Hub answer's reason travels in brackets; one the operator does not know is not copied.
+    let e = decode(&encode_error(Some("ConfigNotFound"), "GET u: HTTP 404")).unwrap_err();
+    assert_eq!((e.reason, e.message.as_str()), ("ConfigNotFound", "GET u: HTTP 404"));
+    let e = decode("error: [Pwned] GET u: HTTP 404").unwrap_err();
+    assert_eq!((e.reason, e.message.as_str()), (NOT_READ, "[Pwned] GET u: HTTP 404"));
     assert!(encode("<html>").unwrap_err().starts_with("config.json is not valid JSON"));
 }
 
@@ -109,10 +157,17 @@ fn the_jobs_state_is_the_newest_pods_message() {
     let pods = [ended("error: evicted", "2026-12-05T10:00:00Z"), ended(qwen, "2026-12-05T10:01:00Z")];
     assert_eq!(state(&read, "j", Some(&finished("Complete", "")), &pods), ReadState::Read(qwen.into()));
     let missing = [ended("error: /models/config.json: no such file (the directory holds: a.bin)", "2026-12-05T10:00:00Z")];
-    let ReadState::Failed(why) = state(&read, "j", Some(&finished("Failed", "BackoffLimitExceeded")), &missing) else { panic!() };
+    let ReadState::Failed(ReadError { reason, message: why }) =
+        state(&read, "j", Some(&finished("Failed", "BackoffLimitExceeded")), &missing)
+    else {
+        panic!()
+    };
+    assert_eq!(reason, NOT_READ);
     assert!(why.starts_with("reading PersistentVolumeClaim weights: /models/config.json: /models/config.json: no such file"), "{why}");
     assert!(why.contains("fix the source; Job j; it is read again when the Job is deleted, 300 s after it ended"), "{why}");
-    let ReadState::Failed(why) = state(&read, "j", Some(&finished("Failed", "Job has reached the specified backoff limit")), &[]) else {
+    let ReadState::Failed(ReadError { message: why, .. }) =
+        state(&read, "j", Some(&finished("Failed", "Job has reached the specified backoff limit")), &[])
+    else {
         panic!()
     };
     assert!(why.contains("Job has reached the specified backoff limit"), "{why}");

@@ -5,6 +5,8 @@
 use pd_api::{Observed, Role};
 use thiserror::Error;
 
+use crate::remote;
+
 /// SGLang's metrics the planner reads (one place for the names).
 pub const TTFT: &str = "sglang:time_to_first_token_seconds";
 pub const ITL: &str = "sglang:inter_token_latency_seconds";
@@ -17,7 +19,11 @@ pub const LABEL_ROLE: &str = "role";
 pub const LABEL_NAMESPACE: &str = "namespace";
 /// The latency quantile of the objectives.
 pub const QUANTILE: f64 = 0.9;
+/// The most series an answer may hold: each query aggregates to one, so more is not Prometheus
+/// answering this query (and reading them is work a tenant's URL should not buy).
+pub const MAX_SERIES: usize = 16;
 
+/// Each text of an answer is `remote::excerpt`'s: the answer is the server's, not ours.
 #[derive(Debug, Error, PartialEq)]
 pub enum PromqlError {
     #[error("Prometheus answered status {status:?}: {error}")]
@@ -82,16 +88,22 @@ pub fn figures(role: Role) -> &'static [Figure] {
 pub fn value(answer: &serde_json::Value) -> Result<Option<f64>, PromqlError> {
     let status = answer.get("status").and_then(serde_json::Value::as_str).unwrap_or_default();
     if status != "success" {
-        let error = answer.get("error").and_then(serde_json::Value::as_str).unwrap_or("no error text").to_owned();
-        return Err(PromqlError::Refused { status: status.to_owned(), error });
+        let error = answer.get("error").and_then(serde_json::Value::as_str).unwrap_or("no error text");
+        return Err(PromqlError::Refused { status: remote::excerpt(status), error: remote::excerpt(error) });
     }
     let result = answer
         .pointer("/data/result")
         .and_then(serde_json::Value::as_array)
         .ok_or_else(|| PromqlError::Malformed("no data.result array".into()))?;
+    if result.len() > MAX_SERIES {
+        return Err(PromqlError::Malformed(format!("{} series, more than the {MAX_SERIES} an aggregated query answers", result.len())));
+    }
     let Some(first) = result.first() else { return Ok(None) };
-    let text = first.pointer("/value/1").and_then(serde_json::Value::as_str).ok_or_else(|| PromqlError::Malformed(first.to_string()))?;
-    let number: f64 = text.parse().map_err(|_| PromqlError::Malformed(format!("value {text:?}")))?;
+    let text = first
+        .pointer("/value/1")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| PromqlError::Malformed(format!("series {}", remote::excerpt(&first.to_string()))))?;
+    let number: f64 = text.parse().map_err(|_| PromqlError::Malformed(format!("value {:?}", remote::excerpt(text))))?;
     Ok(Some(number).filter(|v| v.is_finite()))
 }
 
@@ -128,5 +140,17 @@ mod tests {
         let bad = json!({"status": "error", "errorType": "bad_data", "error": "parse error"});
         assert_eq!(value(&bad).unwrap_err().to_string(), "Prometheus answered status \"error\": parse error");
         assert!(value(&json!({"status": "success"})).is_err());
+    }
+
+    #[test]
+    fn an_answer_that_is_not_prometheus_shows_no_more_than_an_excerpt() {
+        let secret = format!("<html><body>db password: hunter2 {}</body></html>", "x".repeat(500));
+        let e = value(&json!({"status": "error", "error": secret})).unwrap_err().to_string();
+        assert_eq!(e, "Prometheus answered status \"error\": an HTML page");
+        let long = json!({"status": "nope", "error": "k=".repeat(300)});
+        assert!(value(&long).unwrap_err().to_string().len() < 200);
+        let series: Vec<_> = (0..=MAX_SERIES).map(|i| json!({"metric": {"i": i}, "value": [1.0, "1"]})).collect();
+        let many = json!({"status": "success", "data": {"result": series}});
+        assert!(value(&many).unwrap_err().to_string().contains(&format!("more than the {MAX_SERIES}")));
     }
 }

@@ -118,7 +118,7 @@ pub fn parse(text: &str) -> Result<PodMetrics, ScrapeError> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let bad = || ScrapeError::Line { line: i + 1, text: raw.chars().take(200).collect() };
+        let bad = || ScrapeError::Line { line: i + 1, text: crate::remote::excerpt(raw) };
         let (name, labels, value) = split_sample(line).ok_or_else(bad)?;
         let gauge = Gauge { sum: value, series: 1 };
         match (name.strip_suffix("_bucket"), name) {

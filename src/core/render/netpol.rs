@@ -12,10 +12,15 @@
 //!
 //! Everything else that reaches an engine pod is refused once a policy selects it. Egress is not
 //! restricted (DNS, model downloads, the apiserver for the sidecar and the router's discovery).
+//!
+//! The engine dry run's pod (`<name>-dry-run`) takes no connection and makes only DNS queries and,
+//! when it resolves the model from the Hub itself (no config.json kept or named), HTTPS ones.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -23,7 +28,7 @@ use super::{
     LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ROLE, OPERATOR_COMPONENT, ROUTER_METRICS_PORT, ROUTER_ROLE, common_labels, engine_pods,
     engines_name, meta,
 };
-use pd_api::{DEFAULT_HTTP_PORT, PDDeploymentSpec};
+use pd_api::{DEFAULT_HTTP_PORT, DryRunPolicy, PDDeploymentSpec};
 
 /// `<name>-engines` and, with the router on, `<name>-router`; none when the spec turns them off.
 pub(super) fn policies(
@@ -53,7 +58,45 @@ pub(super) fn policies(
         let ingress = vec![rule(clients, &[spec.router.port, ROUTER_METRICS_PORT])];
         out.push(policy(format!("{name}-router"), ns, name, owners, router_of(name), ingress));
     }
+    if spec.engine.dry_run_policy() != DryRunPolicy::Off {
+        let hub = crate::hub::config_ref(name, &spec.model).is_none();
+        out.push(dry_run_policy((name, ns), owners, hub));
+    }
     out
+}
+
+/// DNS (UDP and TCP 53) and, with `hub`, HTTPS (TCP 443).
+const DNS_PORT: u16 = 53;
+const HTTPS_PORT: u16 = 443;
+
+/// The dry-run pod's policy: nothing in; out, DNS and, when `hub` (the shim resolves the model's
+/// config from the Hub), HTTPS to any address (a Hub's addresses cannot be selected portably).
+fn dry_run_policy((name, ns): (&str, &str), owners: &Option<Vec<OwnerReference>>, hub: bool) -> NetworkPolicy {
+    let port = |p: u16, protocol: &str| NetworkPolicyPort {
+        port: Some(IntOrString::Int(i32::from(p))),
+        protocol: Some(protocol.into()),
+        ..Default::default()
+    };
+    let mut ports = vec![port(DNS_PORT, "UDP"), port(DNS_PORT, "TCP")];
+    if hub {
+        ports.push(port(HTTPS_PORT, "TCP"));
+    }
+    let selected = LabelSelector {
+        match_labels: Some(BTreeMap::from([
+            (LABEL_DEPLOYMENT.to_owned(), name.to_owned()),
+            (LABEL_ROLE.to_owned(), crate::dryrun::DRY_RUN_ROLE.to_owned()),
+        ])),
+        ..Default::default()
+    };
+    NetworkPolicy {
+        metadata: meta(crate::dryrun::policy_name(name), ns, common_labels(name, "network-policy"), owners),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(selected),
+            ingress: Some(Vec::new()),
+            egress: Some(vec![NetworkPolicyEgressRule { to: None, ports: Some(ports) }]),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+        }),
+    }
 }
 
 /// `spec.networkPolicy.clientsFrom`, or every pod of the namespace.
@@ -144,7 +187,7 @@ mod tests {
     fn engines_take_any_port_from_their_own_engines_and_http_from_their_router_only() {
         let ps = policies(&spec(serde_json::json!({})), ("m", "ns"), &None, "pd-system");
         let names: Vec<_> = ps.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
-        assert_eq!(names, ["m-engines", "m-router"]);
+        assert_eq!(names, ["m-engines", "m-router", "m-dry-run"]);
         let engines = &ps[0];
         assert_eq!(engines.spec.as_ref().unwrap().pod_selector, Some(engine_pods("m")));
         assert_eq!(engines.spec.as_ref().unwrap().policy_types, Some(vec!["Ingress".to_owned()]), "egress stays open");
@@ -174,7 +217,7 @@ mod tests {
     #[test]
     fn without_a_router_the_clients_reach_the_engines_http_port() {
         let ps = policies(&spec(serde_json::json!({"router": {"enabled": false}})), ("m", "ns"), &None, "pd-system");
-        assert_eq!(ps.len(), 1);
+        assert_eq!(ps.len(), 2, "the engines' and the dry run's");
         let rules = ingress(&ps[0]);
         assert_eq!(rules[1].from, Some(vec![pods(LabelSelector::default())]));
         assert_eq!(ports_of(&rules[1]), [i32::from(DEFAULT_HTTP_PORT)]);
@@ -192,6 +235,34 @@ mod tests {
         assert_eq!(ports_of(&rules[2]), [i32::from(DEFAULT_HTTP_PORT)]);
         let prometheus = serde_json::json!({"autoscaling": {"mode": "Recommend", "prometheus": {"url": "http://p:9090"}}});
         assert_eq!(ingress(&policies(&spec(prometheus), ("m", "ns"), &None, "ops")[0]).len(), 2, "Prometheus scrapes as a client");
+    }
+
+    /// Attack on today's main: the dry-run pod runs the tenant's image with the tenant's argv
+    /// and took connections from anywhere and made them to anywhere.
+    #[test]
+    fn the_dry_run_pod_takes_nothing_in_and_reaches_only_dns_and_the_hub_when_it_resolves_there() {
+        let egress_ports = |extra: serde_json::Value| {
+            let ps = policies(&spec(extra), ("m", "ns"), &None, "pd-system");
+            let p = ps.into_iter().find(|p| p.metadata.name.as_deref() == Some("m-dry-run")).expect("the dry run's policy");
+            let s = p.spec.unwrap();
+            assert_eq!(s.policy_types, Some(vec!["Ingress".to_owned(), "Egress".to_owned()]));
+            assert_eq!(s.ingress, Some(Vec::new()), "nothing may connect to it");
+            let labels = s.pod_selector.unwrap().match_labels.unwrap();
+            assert_eq!(labels[LABEL_ROLE], crate::dryrun::DRY_RUN_ROLE);
+            let rules = s.egress.unwrap();
+            assert_eq!(rules.len(), 1);
+            assert!(rules[0].to.is_none(), "DNS servers and the Hub cannot be selected portably");
+            let ports = rules[0].ports.clone().unwrap();
+            ports.iter().map(|p| format!("{}/{}", serde_json::to_value(&p.port).unwrap(), p.protocol.clone().unwrap())).collect::<Vec<_>>()
+        };
+        // Without a config.json kept or named, SGLang in the pod resolves the model from the Hub.
+        assert_eq!(egress_ports(serde_json::json!({})), ["53/UDP", "53/TCP", "443/TCP"]);
+        let kept = serde_json::json!({"model": {"path": "Qwen/Qwen3-8B", "source": {"huggingFace": {"repo": "Qwen/Qwen3-8B"}}}});
+        assert_eq!(egress_ports(kept), ["53/UDP", "53/TCP"], "the kept config.json is handed over: nothing is fetched");
+        let named = serde_json::json!({"model": {"path": "Qwen/Qwen3-8B", "configMapRef": {"name": "c"}}});
+        assert_eq!(egress_ports(named), ["53/UDP", "53/TCP"]);
+        let off = policies(&spec(serde_json::json!({"engine": {"dryRun": "Off"}})), ("m", "ns"), &None, "pd-system");
+        assert!(off.iter().all(|p| p.metadata.name.as_deref() != Some("m-dry-run")));
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub fn judge(spec: &PDDeploymentSpec, nodes: &[Node]) -> Vec<Finding> {
     let colocated = spec.placement.colocate == Colocation::Required;
     let mut out = Vec::new();
     for role in [Role::Prefill, Role::Decode].into_iter().filter(|r| spec.instances(*r) > 0) {
-        let want = if colocated { needed(Role::Prefill) + needed(Role::Decode) } else { needed(role) };
+        let want = if colocated { needed(Role::Prefill).saturating_add(needed(Role::Decode)) } else { needed(role) };
         if want > *most {
             let what = if colocated { "a prefill and a decode instance together need" } else { "one instance needs" };
             out.push(Finding::error(

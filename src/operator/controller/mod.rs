@@ -129,6 +129,11 @@ pub struct Settings {
     /// Ask the cluster at start whether it serves Kubernetes' gang scheduling API (false: take it
     /// as not served, whatever the cluster says). The answer is `render.workload_api`.
     pub discover_workload_api: bool,
+    /// The addresses specs may make the operator reach (`pd_core::egress`).
+    pub egress: pd_core::egress::EgressPolicy,
+    /// `--max-pods-per-deployment`: a PDDeployment asking for more engine pods is reported
+    /// invalid and gets no child.
+    pub max_pods: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -144,6 +149,8 @@ pub struct Context {
     render: RenderOptions,
     metrics: Arc<Metrics>,
     resync: Duration,
+    /// `--max-pods-per-deployment`.
+    max_pods: u32,
     /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
     backoff: Mutex<HashMap<String, (u32, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
@@ -157,6 +164,8 @@ pub struct Context {
     /// The planner's own scrapes of each PDDeployment's engines (`ns/name/uid`), when it reads
     /// no Prometheus.
     scrapes: Mutex<HashMap<String, pd_core::planner::scrape::History>>,
+    /// The addresses specs may make the operator reach: judged before any request to one.
+    egress: pd_core::egress::EgressPolicy,
 }
 
 /// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
@@ -185,11 +194,13 @@ impl Context {
             render: settings.render.clone(),
             metrics,
             resync: settings.resync,
+            max_pods: settings.max_pods,
             backoff: Mutex::default(),
             stores,
             status_written: Mutex::default(),
             expected_pods: Mutex::default(),
             scrapes: Mutex::default(),
+            egress: settings.egress.clone(),
         }
     }
 

@@ -17,6 +17,7 @@ use kube::runtime::events::EventType;
 use tracing::{Instrument, info, info_span, warn};
 
 use pd_api::{AutoscalingSpec, AutoscalingStatus, Observed, PDDeployment, PDRole, Role, RoleRecommendation};
+use pd_core::egress::Target;
 use pd_core::planner::promql;
 use pd_core::planner::{self, Direction, Recommendation, RoleInput};
 use pd_core::scaling::{Scaled, Source};
@@ -28,6 +29,11 @@ mod engines;
 
 /// How long one query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Planner passes reading metrics at once, across PDDeployments: a tenant's slow or silent
+/// source holds one slot for at most its timeouts, and many of them cannot take the controller's
+/// sockets and time (the other passes wait their turn).
+const MAX_READS_IN_FLIGHT: usize = 4;
+static READS: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT));
 /// The status reasons of a pass.
 pub const RECOMMENDED: &str = "Recommended";
 pub const SCALED: &str = "Scaled";
@@ -66,10 +72,7 @@ async fn run(
 ) -> Result<(), Error> {
     let (ns, name) = owner;
     let uid = pdd.metadata.uid.as_deref().unwrap_or_default();
-    let observed = match &auto.prometheus {
-        Some(p) => query(&p.url, auto, ns, name).await.map_err(|e| e.to_string()),
-        None => engines::observe(ctx, auto, (ns, name, uid)).await.map_err(|e| e.to_string()),
-    };
+    let observed = observe(ctx, auto, (ns, name, uid)).await;
     let observed = match observed {
         Ok(o) => o,
         Err(e) => return unavailable(ctx, pdd, owner, previous, &e, now).await,
@@ -106,6 +109,20 @@ async fn run(
     let status = status_of(&plan, (&inputs.0, &inputs.1), &previous, &moved, now);
     let status = report(ctx, pdd, auto, status, &plan, &held).await;
     write(ctx, ns, name, &status).await
+}
+
+/// Both roles' figures from the spec's Prometheus, if the platform allows its URL (checked
+/// before any request), else from the engines; one of `MAX_READS_IN_FLIGHT` slots meanwhile.
+async fn observe(ctx: &Context, auto: &AutoscalingSpec, (ns, name, uid): (&str, &str, &str)) -> Result<(Observed, Observed), String> {
+    // The semaphore is never closed.
+    let _slot = READS.acquire().await.map_err(|e| e.to_string())?;
+    match &auto.prometheus {
+        Some(p) => {
+            ctx.egress.allows(Target::Prometheus, &p.url).map_err(|refused| refused.to_string())?;
+            query(&p.url, auto, ns, name).await.map_err(|e| e.to_string())
+        }
+        None => engines::observe(ctx, auto, (ns, name, uid)).await.map_err(|e| e.to_string()),
+    }
 }
 
 /// Each role's figures from Prometheus at `url`; `Err` when it does not answer (or refuses a query).
@@ -202,7 +219,7 @@ async fn unavailable(
     why: &str,
     now: jiff::Timestamp,
 ) -> Result<(), Error> {
-    let message = format!("no change: the metrics source did not answer ({why}); the planner never scales on missing data");
+    let message = unavailable_message(why);
     if previous.reason != METRICS_UNAVAILABLE {
         ctx.event(pdd, EventType::Warning, METRICS_UNAVAILABLE, "Plan", message.clone()).await;
     }
@@ -215,6 +232,12 @@ async fn unavailable(
         decode: RoleRecommendation { low_since: None, ..previous.decode },
     };
     write(ctx, ns, name, &status).await
+}
+
+/// The status message and Event of a pass without figures. `why` is the client's error, whose
+/// remote parts are `pd_core::remote` excerpts already (`PrometheusError`, `ScrapeError`).
+fn unavailable_message(why: &str) -> String {
+    format!("no change: the metrics source did not answer ({why}); the planner never scales on missing data")
 }
 
 async fn write(ctx: &Context, ns: &str, name: &str, status: &AutoscalingStatus) -> Result<(), Error> {
@@ -231,6 +254,48 @@ async fn write(ctx: &Context, ns: &str, name: &str, status: &AutoscalingStatus) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serves `body` as a `200` of `content_type` to every connection, on 127.0.0.1.
+    async fn serve(content_type: &'static str, body: &'static str) -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(format!("{head}{body}").as_bytes()).await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn an_internal_page_named_as_prometheus_reaches_the_status_as_a_status_and_a_name_only() {
+        let page = "<!doctype html><html><head><title>Jenkins</title></head><body>API_TOKEN=11d2c0ffee0ddba11</body></html>";
+        let addr = serve("text/html", page).await;
+        let url = format!("http://{addr}");
+        let auto: AutoscalingSpec = serde_norway::from_str(&format!("mode: Recommend\nprometheus: {{url: '{url}'}}\n")).unwrap();
+        let e = query(&url, &auto, "ns", "x").await.unwrap_err();
+        let message = unavailable_message(&e.to_string());
+        assert!(message.contains(&format!("Prometheus at {url} answered HTTP 200: an HTML page, not a query result")), "{message}");
+        assert!(!message.contains("API_TOKEN") && !message.contains("Jenkins") && !message.contains('<'), "{message}");
+        let text = "PGPASSWORD=s3cr3t\u{1b}[2J and then a great deal more configuration that goes on and on and on";
+        let addr = serve("text/plain", text).await;
+        let e = query(&format!("http://{addr}"), &auto, "ns", "x").await.unwrap_err().to_string();
+        let excerpt = e.split("answered HTTP 200: ").nth(1).unwrap().trim_end_matches(", not a query result");
+        assert!(excerpt.chars().count() <= pd_core::remote::EXCERPT_CHARS + 1 && !excerpt.contains('\u{1b}'), "{excerpt}");
+    }
 
     #[test]
     fn a_pass_keeps_each_roles_last_scale_unless_it_moved_it_and_carries_the_window() {

@@ -51,12 +51,15 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         if pdd.metadata.deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
-        let (facts, problems, model) = read_and_validate(&ctx, pdd, &ns, &name).await?;
+        let (facts, mut problems, model) = read_and_validate(&ctx, pdd, &ns, &name).await?;
         // Each role's count: the PDDeployment's or its PDRole's ask, within spec.scaling. From
         // here on the PDDeployment is read with those counts (`effective`).
         ctx.stores.ready().await?;
         let scaled = scaling::scale(&pdd.spec, &scale::asked(&ctx, Owner { ns: &ns, name: &name, uid: &uid }));
         let effective = PDDeployment { spec: scaled.apply_to(&pdd.spec), ..pdd.clone() };
+        // Judged on the counts it would run, whoever asked for them: every pod is rendered in
+        // memory before the first is created.
+        problems.extend(pd_core::bounds::pod_limit(&effective.spec, ctx.max_pods).map(|f| f.to_string()));
         if !problems.is_empty() {
             model_config::keep_refused(&ctx, &ns, &model).await?;
             return Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model).report_invalid(problems).await;
@@ -106,12 +109,18 @@ async fn topology_nodes(ctx: &Context, pdd: &PDDeployment) -> Result<Vec<Node>, 
 
 /// Read the model's config (if referenced) and run the same rules as `validate` and the webhook;
 /// the errors found, as `field: text (fix: …)`. None is run on a Hub source's config not read.
+/// An address the platform does not allow (`pd_core::egress`) is refused before any request: a
+/// spec admitted before the policy changed reaches nothing either.
 async fn read_and_validate(
     ctx: &Context,
     pdd: &PDDeployment,
     ns: &str,
     name: &str,
 ) -> Result<(ModelFacts, Vec<String>, model_config::ModelConfig), Error> {
+    let refused: Vec<String> = ctx.egress.check(&pdd.spec).iter().map(ToString::to_string).collect();
+    if !refused.is_empty() {
+        return Ok((pd_core::model::resolve(&pdd.spec.model, None), refused, model_config::ModelConfig::of(Ok(None))));
+    }
     let model = model_config::read(ctx, pdd, ns).await?;
     let config = &model.config;
     let facts = pd_core::model::resolve(&pdd.spec.model, config.as_ref().ok().and_then(Option::as_ref));
@@ -629,6 +638,8 @@ mod tests {
             leader_election: None,
             webhook: None,
             discover_workload_api: false,
+            egress: Default::default(),
+            max_pods: pd_core::bounds::DEFAULT_MAX_PODS_PER_DEPLOYMENT,
         };
         Arc::new(Context::new(client, &settings, Arc::new(Metrics::default()), stores))
     }
@@ -728,5 +739,22 @@ mod tests {
         let cond = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == status::ENGINE_VERIFIED).unwrap();
         assert_eq!((cond["status"].as_str(), cond["reason"].as_str()), (Some("Unknown"), Some("Pending")));
         assert!(cond["message"].as_str().unwrap().starts_with("waiting for the dry-run pod qwen3-dry-run-"), "{cond}");
+    }
+
+    /// Today's main renders every pod of such a spec in memory before its first API call.
+    #[tokio::test]
+    async fn a_pddeployment_past_the_pod_limit_is_reported_invalid_and_gets_no_child() {
+        let (client, log) = scripted_api();
+        let mut pdd = qwen().0.clone().unwrap();
+        pdd.spec.decode.replicas = 1000;
+        reconcile(Arc::new(DeserializeGuard(Ok(pdd))), context(client, stores_from(&[]))).await.unwrap();
+        let log = log.lock().unwrap().clone();
+        let written = writes(&log);
+        assert!(written.iter().all(|(_, p)| p.ends_with("/status")), "children written: {written:?}");
+        let status = &log.iter().rev().find(|(_, p, _)| p.ends_with("/status")).expect("a status write").2["status"];
+        let cond = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == status::VALIDATED).unwrap();
+        assert_eq!(cond["status"], "False", "{cond}");
+        let message = cond["message"].as_str().unwrap();
+        assert!(message.contains("spec.decode.replicas: spec asks for 1002 engine pods (prefill 2 instances x 1 node, decode 1000 instances x 1 node); this operator allows at most 512 per PDDeployment"), "{message}");
     }
 }

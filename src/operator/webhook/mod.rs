@@ -28,8 +28,15 @@ use crate::model_config;
 use pd_core::hub::ConfigSource;
 use tls::CertSource;
 
-/// The most a ConfigMap lookup, or a Hub source's config.json, may take of an admission review.
+/// The most a ConfigMap lookup may take of an admission review.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most a review may take, its body read included: under the registration's
+/// `timeoutSeconds: 5`, so a slow client or lookup gets an answer before the apiserver gives up,
+/// and holds its place among `MAX_IN_FLIGHT` no longer.
+const REVIEW_DEADLINE: Duration = Duration::from_secs(4);
+/// The most reviews judged at once: more are answered 503 at once rather than queued, so a
+/// flood of posts to the webhook's port holds a bounded amount of memory and of lookups.
+const MAX_IN_FLIGHT: usize = 32;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After the drain, how long open connections get to finish their reviews once told to close.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -57,18 +64,23 @@ pub struct WebhookSettings {
     /// (with `failurePolicy: Fail` a refused connection refuses the object).
     pub drain: Duration,
     pub certs: CertSource,
+    /// `--max-pods-per-deployment`: a spec asking for more engine pods is denied.
+    pub max_pods: u32,
+    /// The addresses specs may name (`pd_core::egress`), judged here as by the controller.
+    pub egress: pd_core::egress::EgressPolicy,
 }
 
 #[derive(Clone)]
 struct AppState {
     client: Client,
     metrics: Arc<crate::controller::metrics::Metrics>,
-    /// Whether the cluster serves Kubernetes' gang scheduling API (the controller's finding).
-    gang_api: bool,
+    /// Whether the cluster serves Kubernetes' gang scheduling API (the controller's finding), and
+    /// the operator's limits.
+    judge: review::Judge,
 }
 
 /// Bodies past this size are not even drained: the connection is dropped.
-const DRAIN_LIMIT: usize = 16 << 20;
+const DRAIN_LIMIT: usize = 4 * review::MAX_BODY;
 
 /// Reads at most `MAX_BODY` bytes; an oversized body is drained (up to `DRAIN_LIMIT`) and
 /// discarded, so the client finishes sending and reads our 400 instead of a reset.
@@ -111,24 +123,21 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
     let req = &admission.request;
     let span = info_span!("admission", uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), operation = ?req.operation);
     async move {
+        // Admission reads no Secret and makes no request a spec names: a source's config.json is
+        // read by a Job in the namespace (`model_read`) and judged here once the controller kept it.
         let (config, unread) = match admission.config_source() {
             Some((ns, ConfigSource::ConfigMap(r))) => {
                 (model_config::config_map(&state.client, &ns, &r, LOOKUP_TIMEOUT).await.map(Some).map_err(|e| e.to_string()), None)
             }
-            Some((ns, ConfigSource::Hub(read))) => match model_config::hub(&state.client, &ns, &read, LOOKUP_TIMEOUT).await {
-                Ok((_, config)) => (Ok(Some(config)), None),
-                Err(e) => (Ok(None), Some(review::hub_unread(&e))),
-            },
-            // Read by the operator's Job (`model_read`): judged here once it is kept.
-            Some((ns, ConfigSource::Volume(read))) => {
+            Some((ns, ConfigSource::Read(read))) => {
                 match model_config::kept(&state.client, &ns, &admission.name(), &read.origin, LOOKUP_TIMEOUT).await {
                     Some(config) => (Ok(Some(config)), None),
-                    None => (Ok(None), Some(review::volume_unread(&read))),
+                    None => (Ok(None), Some(review::unread(&read))),
                 }
             }
             Some((_, ConfigSource::Catalogue)) | None => (Ok(None), None),
         };
-        let mut response = admission.decide(config, state.gang_api);
+        let mut response = admission.decide(config, &state.judge);
         // The controller's gate holds what admission could not judge on the real config.
         if let Some(warning) = unread {
             response.warnings.get_or_insert_with(Vec::new).push(warning);
@@ -141,11 +150,43 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
     .await
 }
 
-/// The webhook's routes; `gang_api` is whether the cluster serves Kubernetes' gang scheduling
-/// API, found once at start and shared with the reconciler.
-pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>, gang_api: bool) -> Router {
-    let state = AppState { client, metrics, gang_api };
-    Router::new().route("/validate", post(validate)).route("/healthz", get(|| async { "ok" })).with_state(state)
+/// What bounds the reviews judged at once and the time each may take.
+#[derive(Clone)]
+struct Bounds {
+    in_flight: Arc<tokio::sync::Semaphore>,
+    deadline: Duration,
+    metrics: Arc<crate::controller::metrics::Metrics>,
+}
+
+impl Bounds {
+    fn new(max_in_flight: usize, deadline: Duration, metrics: Arc<crate::controller::metrics::Metrics>) -> Self {
+        Self { in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)), deadline, metrics }
+    }
+}
+
+/// Serves a review within the bounds: 503 at once when `MAX_IN_FLIGHT` are judged already, 503
+/// when it takes over the deadline (the apiserver retries neither; `failurePolicy` decides).
+async fn bounded(State(bounds): State<Bounds>, req: Request, next: axum::middleware::Next) -> Response {
+    let Ok(_permit) = bounds.in_flight.clone().try_acquire_owned() else {
+        bounds.metrics.admission("overloaded");
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many admission reviews in flight; retry").into_response();
+    };
+    match tokio::time::timeout(bounds.deadline, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            bounds.metrics.admission("timed_out");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("the admission review took over {:?}", bounds.deadline)).into_response()
+        }
+    }
+}
+
+/// The webhook's routes; `judge.gang_api` is whether the cluster serves Kubernetes' gang
+/// scheduling API, found once at start and shared with the reconciler.
+pub fn router(client: Client, metrics: Arc<crate::controller::metrics::Metrics>, judge: review::Judge) -> Router {
+    let bounds = Bounds::new(MAX_IN_FLIGHT, REVIEW_DEADLINE, metrics.clone());
+    let state = AppState { client, metrics, judge };
+    let validate = post(validate).route_layer(axum::middleware::from_fn_with_state(bounds, bounded));
+    Router::new().route("/validate", validate).route("/healthz", get(|| async { "ok" })).with_state(state)
 }
 
 /// Whether this replica's webhook should receive admission reviews: it listens, and the
@@ -190,7 +231,7 @@ pub async fn serve(
         tokio::net::TcpListener::bind(settings.addr).await.map_err(|source| WebhookError::Bind { addr: settings.addr, source })?;
     info!(addr = %settings.addr, "webhook listening (POST /validate)");
     health.listening.store(true, Ordering::Relaxed);
-    let app = router(client, metrics, gang_api);
+    let app = router(client, metrics, review::Judge { gang_api, max_pods: settings.max_pods, egress: Arc::new(settings.egress.clone()) });
     let draining = health.draining.clone();
     let drained = drain(shutdown, draining.clone(), settings.drain);
     tokio::pin!(drained);
@@ -314,6 +355,67 @@ mod tests {
         let second = review(&mut sender).await.expect("a review on the connection idle for 90 s");
         assert_eq!(second.body(), "judged");
         assert_eq!(second.headers().get("connection"), None);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_and_one_at_it_is_read() {
+        const { assert!(review::MAX_BODY <= 1 << 20 && DRAIN_LIMIT <= 4 << 20, "small limits") };
+        let at = read_body(Body::from(vec![b' '; review::MAX_BODY])).await.expect("a body at the limit");
+        assert_eq!(at.len(), review::MAX_BODY);
+        let e = read_body(Body::from(vec![b' '; review::MAX_BODY + 1])).await.expect_err("a body over the limit");
+        assert!(e.contains("exceeds the limit of 1048576 bytes"), "{e}");
+        // Past the drain limit the rest of the body is not even read.
+        let chunks = (0..).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 64 << 10])));
+        let endless = Body::from_stream(futures::stream::iter(chunks));
+        let e = tokio::time::timeout(Duration::from_secs(10), read_body(endless)).await.expect("it stops reading").expect_err("refused");
+        assert!(e.contains(&format!("{}+ bytes", DRAIN_LIMIT + (64 << 10))), "{e}");
+    }
+
+    /// `/validate` behind `bounded`, whose handler says it started and waits for `release`.
+    fn bounded_app(max: usize, deadline: Duration) -> (Router, tokio::sync::mpsc::UnboundedReceiver<()>, Arc<tokio::sync::Semaphore>) {
+        let (started, entered) = tokio::sync::mpsc::unbounded_channel();
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let gate = release.clone();
+        let handler = post(move || async move {
+            let _ = started.send(());
+            let _held = gate.acquire().await;
+            "judged"
+        });
+        let bounds = Bounds::new(max, deadline, Arc::default());
+        (Router::new().route("/validate", handler.route_layer(axum::middleware::from_fn_with_state(bounds, bounded))), entered, release)
+    }
+
+    fn post_review() -> Request {
+        Request::post("/validate").body(Body::empty()).expect("a request")
+    }
+
+    #[tokio::test]
+    async fn reviews_over_the_concurrency_bound_are_answered_503_at_once() {
+        let (app, mut entered, release) = bounded_app(2, Duration::from_secs(60));
+        let held: Vec<_> = (0..2).map(|_| tokio::spawn(app.clone().oneshot(post_review()))).collect();
+        for _ in 0..2 {
+            entered.recv().await.expect("a review in flight");
+        }
+        let over = tokio::time::timeout(Duration::from_secs(5), app.clone().oneshot(post_review())).await.expect("answered at once");
+        assert_eq!(over.expect("a response").status(), StatusCode::SERVICE_UNAVAILABLE);
+        release.add_permits(2);
+        for h in held {
+            assert_eq!(h.await.expect("joined").expect("a response").status(), StatusCode::OK);
+        }
+        release.add_permits(1);
+        assert_eq!(app.oneshot(post_review()).await.expect("a response").status(), StatusCode::OK, "room again once they ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_review_past_its_deadline_is_answered_503_and_frees_its_place() {
+        let (app, _entered, release) = bounded_app(1, REVIEW_DEADLINE);
+        let started = tokio::time::Instant::now();
+        let r = app.clone().oneshot(post_review()).await.expect("a response");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(started.elapsed(), REVIEW_DEADLINE);
+        assert!(REVIEW_DEADLINE < Duration::from_secs(5), "under the registration's timeoutSeconds");
+        release.add_permits(1);
+        assert_eq!(app.oneshot(post_review()).await.expect("a response").status(), StatusCode::OK, "the late review's place was freed");
     }
 
     #[tokio::test]

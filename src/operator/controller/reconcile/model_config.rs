@@ -1,10 +1,12 @@
 //! The model's config.json in a reconcile: the ConfigMap `spec.model.configMapRef` names, or the
 //! source's own, read once and kept in an owned ConfigMap (`<name>-model-config`, applied with
-//! the other children), so the rules and the engine dry run judge the real config: a Hugging
-//! Face source's from the Hub, a mounted source's (`pvc`, `image`, `hostPath`) by a Job
-//! mounting it beside the engines (`pd_core::model_read`). While it cannot be read nothing is
-//! judged and no engine pod is created: `ModelConfigResolved=False` names the URL and the HTTP
-//! status, or the volume's file and what the Job found.
+//! the other children), so the rules and the engine dry run judge the real config. The source's
+//! own is read by a Job in the PDDeployment's namespace (`pd_core::model_read`): a Hugging Face
+//! source's with the token its Secret gives that pod, a mounted source's (`pvc`, `image`,
+//! `hostPath`) mounting it beside the engines; the operator reads neither a Secret nor the Hub.
+//! While it cannot be read nothing is judged and no engine pod is created:
+//! `ModelConfigResolved=False` names the URL and the HTTP status, or the volume's file and what
+//! the Job found.
 
 use std::time::Duration;
 
@@ -13,71 +15,48 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::model_config;
 use pd_api::{ConfigMapKeyRef, PDDeployment};
 use pd_core::hub::{self, ConfigSource, Resolution};
 use pd_core::model::HfConfig;
-use pd_core::model_read::{self, ReadState, VolumeRead};
+use pd_core::model_read::{self, ReadState, SourceRead};
 
 use super::super::cache::Owner;
 use super::super::{Context, Error};
 use super::Pass;
 use pd_api::conditions::HasStatus;
 
-/// The ConfigMap's or the Hub's GET in a reconcile: longer than admission's, a reconcile waits on nobody.
+/// The ConfigMap's GET in a reconcile: longer than admission's, a reconcile waits on nobody.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a reconcile knows of the model's config.json.
 pub(super) struct ModelConfig {
     /// The config the rules read; `Err` when `configMapRef` is wrong (a finding for the user).
     pub config: Result<Option<HfConfig>, String>,
-    /// A Hub source's `ModelConfigResolved`; `None` without one.
+    /// A source's `ModelConfigResolved`; `None` without one.
     pub resolution: Option<Resolution>,
-    /// A Hub source's config not read: the problem, and when to read again.
+    /// A source's config not read: the problem, and when to read again.
     pub unresolved: Option<(String, Duration)>,
-    /// The ConfigMap keeping a Hub source's config.json, applied with the other children.
+    /// The ConfigMap keeping a source's config.json, applied with the other children.
     pub keep: Option<ConfigMap>,
 }
 
 impl ModelConfig {
-    /// A config that is not a Hub source's: nothing to resolve, keep or retry.
-    fn of(config: Result<Option<HfConfig>, String>) -> Self {
+    /// A config that is not a source's own: nothing to resolve, keep or retry.
+    pub(super) fn of(config: Result<Option<HfConfig>, String>) -> Self {
         ModelConfig { config, resolution: None, unresolved: None, keep: None }
     }
 }
 
-/// Reads the model's config: `configMapRef`, else a Hub source's (kept, or fetched).
+/// Reads the model's config: `configMapRef`, else the source's (kept, or read by its Job).
 pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<ModelConfig, Error> {
-    let req = match hub::config_source(&pdd.spec.model) {
-        ConfigSource::Hub(req) => req,
-        ConfigSource::ConfigMap(r) => return Ok(ModelConfig::of(config_map_ref(ctx, ns, &r).await?)),
-        ConfigSource::Volume(read) => return volume(ctx, pdd, ns, &read).await,
-        ConfigSource::Catalogue => return Ok(ModelConfig::of(Ok(None))),
-    };
-    let read = match kept(ctx, pdd, ns, &req.url) {
-        Some(k) => Ok(k),
-        None => {
-            info!(url = %req.url, "reading the model's config.json from the Hub");
-            model_config::hub(&ctx.client, ns, &req, FETCH_TIMEOUT).await
-        }
-    };
-    let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
-    Ok(match read {
-        Ok((text, config)) => ModelConfig {
-            config: Ok(Some(config)),
-            resolution: Some(Resolution::read(&req, &cm_name)),
-            unresolved: None,
-            keep: Some(hub::config_map(pdd, &req.url, &text)),
-        },
-        Err(e) => {
-            warn!(url = %req.url, reason = e.reason(), error = %e, "the model's config.json is not read");
-            let resolution = Resolution::failed(&e);
-            let problem = format!("spec.model.source.huggingFace: {}", resolution.message);
-            ModelConfig { config: Ok(None), resolution: Some(resolution), unresolved: Some((problem, e.retry_after())), keep: None }
-        }
-    })
+    match hub::config_source(&pdd.spec.model) {
+        ConfigSource::ConfigMap(r) => Ok(ModelConfig::of(config_map_ref(ctx, ns, &r).await?)),
+        ConfigSource::Read(read) => source(ctx, pdd, ns, &read).await,
+        ConfigSource::Catalogue => Ok(ModelConfig::of(Ok(None))),
+    }
 }
 
 /// The config.json kept for `origin` (the cache's ConfigMap, read from the same URL or volume file).
@@ -88,8 +67,8 @@ fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, origin: &str) -> Option<(St
     cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| hub::kept(cm, origin))
 }
 
-/// A mounted source's config.json: kept, else read by its Job.
-async fn volume(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &VolumeRead) -> Result<ModelConfig, Error> {
+/// A source's config.json: kept, else read by its Job.
+async fn source(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &SourceRead) -> Result<ModelConfig, Error> {
     let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
     let state = match kept(ctx, pdd, ns, &read.origin) {
         Some((text, _)) => ReadState::Read(text),
@@ -97,17 +76,17 @@ async fn volume(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &VolumeRead) 
     };
     let unread = |reason: &str, message: String, after: Duration| ModelConfig {
         config: Ok(None),
-        resolution: Some(Resolution::volume_unread(reason, message.clone())),
+        resolution: Some(Resolution::unread(reason, message.clone())),
         unresolved: Some((format!("{}: {message}", read.field), after)),
         keep: None,
     };
     Ok(match state {
         ReadState::Reading(message) => unread(model_read::READING, message, super::model_fetch::POLL),
-        ReadState::Failed(message) => unread(model_read::NOT_READ, message, READ_AGAIN),
+        ReadState::Failed(e) => unread(e.reason, e.message, READ_AGAIN),
         ReadState::Read(text) => match HfConfig::parse(&text) {
             Ok(config) => ModelConfig {
                 config: Ok(Some(config)),
-                resolution: Some(Resolution::read_from_volume(read, &cm_name)),
+                resolution: Some(Resolution::read(read, &cm_name)),
                 unresolved: None,
                 keep: Some(hub::config_map(pdd, &read.origin, &text)),
             },
@@ -132,7 +111,7 @@ const READ_AGAIN: Duration = Duration::from_secs(60);
 
 /// The state of the Job reading `read`; the Job is applied when there is none (while the config
 /// is unread no other child is applied), and its pods listed once it ended.
-async fn read_with_job(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &VolumeRead) -> Result<ReadState, Error> {
+async fn read_with_job(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &SourceRead) -> Result<ReadState, Error> {
     let name = pdd.metadata.name.as_deref().unwrap_or_default();
     let job_name = model_read::job_name(name, &pdd.spec.model).unwrap_or_default();
     let job = ctx.stores.jobs.as_ref().and_then(|c| c.get(&ObjectRef::new(&job_name).within(ns)));
@@ -141,7 +120,7 @@ async fn read_with_job(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &Volum
     match job.as_deref() {
         None => {
             if let Some(want) = model_read::job(pdd, &ctx.render.operator_image) {
-                info!(job = %job_name, origin = %read.origin, "reading the model's config.json from its volume");
+                info!(job = %job_name, origin = %read.origin, "reading the model's config.json with a Job");
                 ctx.apply(&jobs, &job_name, &want).await?;
             }
         }
@@ -165,7 +144,7 @@ async fn config_map_ref(ctx: &Context, ns: &str, r: &ConfigMapKeyRef) -> Result<
 }
 
 impl Pass<'_> {
-    /// Takes the Hub source's resolution into the status, and its retry into the requeue.
+    /// Takes the source's resolution into the status, and its retry into the requeue.
     pub(super) fn with_model_config(mut self, model: &ModelConfig) -> Self {
         self.model_config = model.resolution.clone();
         self.retry = model.unresolved.as_ref().map(|(_, after)| *after);
