@@ -499,7 +499,8 @@ fn each_instance_lands_within_one_rack() {
 
 /// Required colocation holds on the real scheduler: two racks that can each hold every pod, so
 /// whichever the first instance lands in, the second must follow (each instance is placed on its
-/// own, so a rack too small for the rest would leave them pending: README "Placement").
+/// own, so a rack too small for the rest would leave them pending: docs/releases-and-rules.md
+/// "Placement").
 #[test]
 fn colocate_required_keeps_prefill_and_decode_in_one_rack() {
     let ns = TestNamespace::new("colocate");

@@ -1,6 +1,6 @@
 //! The NetworkPolicies of one PDDeployment: who may reach its engines and its router.
 //!
-//! Flows kept open (README lists them for users):
+//! Flows kept open (docs/releases-and-rules.md "Network policy" lists them for users):
 //! - engine ↔ engine of the same PDDeployment, every port: the bootstrap server (`GET`/`PUT
 //!   /route`, `/health`), the rank ports the KV moves over (dynamic), `--dist-init-addr` and the
 //!   collective ports of multi-node instances; the decode's handshake sidecar shares its pod.
