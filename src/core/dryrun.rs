@@ -186,7 +186,8 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
         env: Some(env),
         resources: Some(resources()),
         volume_mounts: Some(mounts),
-        termination_message_policy: Some("File".into()),
+        // No verdict written (the shim died before it could): the log's tail says why.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(security_context(spec.prefill.template.security_context.as_ref())),
         ..Default::default()
     };
@@ -363,6 +364,14 @@ pub enum Reading {
     Done(EngineVerification),
 }
 
+/// What a dry-run pod said without a verdict (its log's tail, a traceback's last lines), cut
+/// to the part that names the error.
+fn tail(message: &str) -> String {
+    const KEEP: usize = 600;
+    let chars: Vec<char> = message.trim_end().chars().collect();
+    chars[chars.len().saturating_sub(KEEP)..].iter().collect()
+}
+
 /// Reads the dry-run pod (`now` and its creation in seconds since the epoch, for the bound).
 pub fn read(pod: &Pod, key: &str, now: i64) -> Reading {
     let name = pod.metadata.name.clone().unwrap_or_default();
@@ -388,7 +397,7 @@ pub fn read(pod: &Pod, key: &str, now: i64) -> Reading {
             Some(Ok(v)) if v.ok => done(VERIFIED, v.accepted(), v.sglang.clone()),
             Some(Ok(v)) => done(REFUSED, v.refusals(), v.sglang),
             _ => {
-                let said = t.message.as_deref().map(|m| m.chars().take(600).collect::<String>()).unwrap_or_default();
+                let said = t.message.as_deref().map(tail).unwrap_or_default();
                 let why = format!("exit code {}{}", t.exit_code, t.reason.map(|r| format!(" ({r})")).unwrap_or_default());
                 done(NO_VERDICT, format!("the dry-run pod {name} ended without a verdict: {why}; {said}"), None)
             }
@@ -606,6 +615,15 @@ spec:
         let Reading::Done(v) = read(&ended("python3: not found", 127), "k", 0) else { panic!() };
         assert_eq!(v.result, NO_VERDICT);
         assert!(v.message.contains("exit code 127"), "{}", v.message);
+        // A traceback from the log (FallbackToLogsOnError): its last line, the error, is kept.
+        let traceback = format!(
+            "Traceback (most recent call last):\n{}OSError: [Errno 30] Read-only file system: '/home/nonroot/.cache'\n",
+            "  File \"x.py\", line 1, in <module>\n".repeat(40)
+        );
+        let Reading::Done(v) = read(&ended(&traceback, 1), "k", 0) else { panic!() };
+        assert_eq!(v.result, NO_VERDICT);
+        assert!(v.message.ends_with("OSError: [Errno 30] Read-only file system: '/home/nonroot/.cache'"), "{}", v.message);
+        assert!(v.message.len() < 800, "a bounded excerpt: {}", v.message.len());
     }
 
     #[test]

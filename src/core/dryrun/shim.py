@@ -82,8 +82,9 @@ def clean_env(extra, offline=True):
 def import_sglang():
     """Import every module resolution reaches while torch still reports no CUDA: faking CUDA
     first makes lazy imports load sgl_kernel, which needs libcuda."""
+    env = clean_env({})  # read before the clear: HOME and TMPDIR name the writable scratch directory
     os.environ.clear()
-    os.environ.update(clean_env({}))
+    os.environ.update(env)
     import torch  # noqa: F401
 
     import sglang.srt.arg_groups as groups
@@ -305,8 +306,9 @@ def process_argv(proc, model_dir):
         if model_dir is not None and a in ("--model-path", "--model"):
             argv[i + 1] = model_dir
     fake_ib_devices(argv)
+    env = clean_env(dict(proc.get("env", [])), offline=model_dir is not None)
     os.environ.clear()
-    os.environ.update(clean_env(dict(proc.get("env", [])), offline=model_dir is not None))
+    os.environ.update(env)
     return argv
 
 
