@@ -8,7 +8,7 @@ use pd_testing as common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{PAGE_SIZE_32_VS_64, TestNamespace, cluster, condition, repo_path, text, wait_for};
+use common::{PAGE_SIZE_32_VS_64, RESTRICTED_CONTAINER, TestNamespace, cluster, condition, repo_path, text, wait_for};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(180);
@@ -207,7 +207,8 @@ fn gateway_image() -> String {
     std::env::var("PD_KIND_GATEWAY_IMAGE").unwrap_or_else(|_| pd_api::DEFAULT_ROUTER_IMAGE.to_owned())
 }
 
-/// One request from inside the cluster (the client pod runs the gateway image, which has Python):
+/// One request from inside the cluster (the client pod runs the gateway image, which has Python,
+/// as a pod that `restricted` admits, so one client serves every namespace):
 /// a POST of the second argument, or a GET without one; status and body; status 0 when the
 /// connection itself failed.
 const POST_SCRIPT: &str = "import json, sys, urllib.request, urllib.error\nreq = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode() if len(sys.argv) > 2 else None, headers={'Content-Type': 'application/json'})\ntry:\n    with urllib.request.urlopen(req, timeout=60) as r:\n        print(json.dumps({'status': r.status, 'body': r.read().decode()}))\nexcept urllib.error.HTTPError as e:\n    print(json.dumps({'status': e.code, 'body': e.read().decode()}))\nexcept Exception as e:\n    print(json.dumps({'status': 0, 'body': repr(e)}))\n";
@@ -219,7 +220,7 @@ struct Client<'a> {
 impl<'a> Client<'a> {
     fn start(ns: &'a TestNamespace) -> Self {
         let pod = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: client}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {}, imagePullPolicy: IfNotPresent, command: [sleep, infinity]}}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: client}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {}, imagePullPolicy: IfNotPresent, command: [sleep, infinity], securityContext: {RESTRICTED_CONTAINER}}}\n",
             gateway_image()
         );
         let o = ns.apply(&pod);
@@ -1167,7 +1168,8 @@ fn hub_objects() -> String {
         ["hub", "--repo", &format!("{HUB_MLA}={mla}"), "--repo", &format!("{HUB_GQA}={gqa}"), "--shards", &shards, "--shard-bytes", &bytes];
     let labels = json!({"app": "hub"});
     let container = json!({"name": "hub", "image": image, "imagePullPolicy": "IfNotPresent", "args": args,
-        "readinessProbe": {"httpGet": {"path": pd_sim::hub::SERVED_PATH, "port": 8080}, "periodSeconds": 1}});
+        "readinessProbe": {"httpGet": {"path": pd_sim::hub::SERVED_PATH, "port": 8080}, "periodSeconds": 1},
+        "securityContext": common::restricted_container()});
     json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub"}, "spec": {"replicas": 1,
             "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}},
@@ -1242,7 +1244,7 @@ impl Drop for NodeCache {
 
 fn hub_pdd(name: &str, ns: &str, repo: &str, cache: &str, decode: &str) -> String {
     format!(
-        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model:\n    path: {repo}\n    source: {{huggingFace: {{repo: {repo}, endpoint: 'http://hub.{ns}.svc:8080'{cache}}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: 2, parallelism: {decode}}}\n  router: {{policy: round_robin}}\n"
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model:\n    path: {repo}\n    source: {{huggingFace: {{repo: {repo}, endpoint: 'http://hub.{ns}.svc:8080'{cache}}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}, template: {{securityContext: {RESTRICTED_CONTAINER}}}}}\n  decode: {{replicas: 2, parallelism: {decode}, template: {{securityContext: {RESTRICTED_CONTAINER}}}}}\n  router: {{policy: round_robin}}\n"
     )
 }
 
@@ -1257,6 +1259,9 @@ fn hub_served(client: &Client<'_>, ns: &str) -> u64 {
 #[ignore = "needs the kind tier: make e2e-kind"]
 fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_router() {
     let ns = TestNamespace::new("kind-hub");
+    // Under `restricted`: the reader and fetch Jobs, the engines (their templates allow it), the
+    // stand-in Hub and the client are all admitted.
+    ns.enforce_restricted();
     let o = ns.apply(&hub_objects());
     assert!(o.status.success(), "{}", text(&o));
     let _cache = NodeCache::new(&ns);
@@ -1335,7 +1340,7 @@ fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_rout
 /// A PDDeployment `name` serving `served` from the mounted `source` (one prefill, one decode).
 fn mounted_pdd(name: &str, served: &str, source: &str) -> String {
     format!(
-        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model:\n    path: {served}\n    source: {source}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 2}}}}\n  router: {{policy: round_robin}}\n"
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {name}}}\nspec:\n  engine: {{type: sim}}\n  model:\n    path: {served}\n    source: {source}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 2}}, template: {{securityContext: {RESTRICTED_CONTAINER}}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 2}}, template: {{securityContext: {RESTRICTED_CONTAINER}}}}}\n  router: {{policy: round_robin}}\n"
     )
 }
 
@@ -1348,6 +1353,8 @@ fn mounted_pdd(name: &str, served: &str, source: &str) -> String {
 #[ignore = "needs the kind tier: make e2e-kind"]
 fn a_pvc_and_an_image_volume_source_are_read_and_serve_through_the_router() {
     let ns = TestNamespace::new("kind-mounted");
+    // Under `restricted`, which admits claim and image volumes: the reader Jobs and the engines.
+    ns.enforce_restricted();
     let cache = NodeCache::new(&ns);
     cache.put_model("dsv3", "DeepseekV3ForCausalLM");
     let image = std::env::var("PD_KIND_MODEL_IMAGE").expect("PD_KIND_MODEL_IMAGE: run through `make e2e-kind`");
@@ -1411,10 +1418,6 @@ fn a_pvc_and_an_image_volume_source_are_read_and_serve_through_the_router() {
     }
 }
 
-/// What the `restricted` Pod Security Standard asks of a container, for the templates and the
-/// client pod of `a_pddeployment_runs_and_serves_in_a_restricted_namespace`.
-const RESTRICTED_CONTAINER: &str = "{runAsNonRoot: true, runAsUser: 65532, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}, seccompProfile: {type: RuntimeDefault}}";
-
 /// Attack on the old main: in a namespace enforcing `restricted`, pods the operator created
 /// without the user's say (no security context, an automounted token) were refused, so a tenant
 /// who follows the platform's rules could not run a PDDeployment at all.
@@ -1422,8 +1425,7 @@ const RESTRICTED_CONTAINER: &str = "{runAsNonRoot: true, runAsUser: 65532, allow
 #[ignore = "needs the kind tier: make e2e-kind"]
 fn a_pddeployment_runs_and_serves_in_a_restricted_namespace() {
     let ns = TestNamespace::new("kind-restricted");
-    let o = cluster().kubectl(&["label", "namespace", &ns.name, "pod-security.kubernetes.io/enforce=restricted"]);
-    assert!(o.status.success(), "{}", text(&o));
+    ns.enforce_restricted();
     let name = "tight";
     let template = format!("{{securityContext: {RESTRICTED_CONTAINER}}}");
     let pdd = format!(
@@ -1437,20 +1439,9 @@ fn a_pddeployment_runs_and_serves_in_a_restricted_namespace() {
         let running = pods(&ns.name, &format!("pd.inference.dev/deployment={name},pd.inference.dev/role={role}"));
         assert!(!running.is_empty() && running.iter().all(is_ready), "{role} pods: {running:?}");
     }
-    let events = cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={.items[*].message}"]);
-    assert!(!text(&events).contains("violates PodSecurity"), "{}", text(&events));
+    ns.assert_no_pod_security_refusal();
     // A client that itself meets `restricted`, asking through the router.
-    let client = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: client}}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - {{name: client, image: {}, imagePullPolicy: IfNotPresent, command: [sleep, infinity], securityContext: {RESTRICTED_CONTAINER}}}\n",
-        gateway_image()
-    );
-    let o = ns.apply(&client);
-    assert!(o.status.success(), "{}", text(&o));
-    wait_for(WAIT, "the client pod Ready", || {
-        let p = ns.get_json("pod", "client")?;
-        is_ready(&p).then_some(()).ok_or_else(|| p["status"].to_string())
-    });
-    let client = Client { ns: &ns };
+    let client = Client::start(&ns);
     let url = format!("http://{name}-router:{}/v1/chat/completions", pd_api::DEFAULT_ROUTER_PORT);
     let whole: Value = wait_for(WAIT, "a chat completion through the router in the restricted namespace", || {
         let (status, body) = client.post(&url, &chat_body(4, false));

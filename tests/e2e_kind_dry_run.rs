@@ -10,7 +10,7 @@ use pd_testing as common;
 
 use std::time::Duration;
 
-use common::{TestNamespace, cluster, condition, repo_path, text, wait_for};
+use common::{RESTRICTED_CONTAINER, TestNamespace, cluster, condition, repo_path, text, wait_for};
 use serde_json::{Value, json};
 
 /// The dry-run pod imports torch and SGLang for each process on the kind node's two cores, beside
@@ -25,13 +25,14 @@ fn image(var: &str) -> String {
 }
 
 /// A Qwen3 pair on SGLang engines, its config.json from a ConfigMap (nothing fetched), the dry
-/// run left at its default for `engine.type: sglang` (Required).
+/// run left at its default for `engine.type: sglang` (Required); both templates meet the
+/// `restricted` Pod Security Standard, as a tenant of a restricted namespace writes them.
 fn objects(image: &str, extra: &[&str]) -> String {
     let config = std::fs::read_to_string(repo_path("tests/parity/configs/Qwen3ForCausalLM.json")).unwrap();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen-config"}, "data": {"config.json": config}});
     let extra = serde_json::to_string(extra).unwrap();
     format!(
-        "{cm}\n---\napiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {NAME}}}\nspec:\n  engine: {{type: sglang, image: '{image}'}}\n  model: {{path: Qwen/Qwen3-8B, configMapRef: {{name: qwen-config, key: config.json}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 1}}, template: {{extraArgs: {extra}}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 1}}}}\n  router: {{enabled: false}}\n"
+        "{cm}\n---\napiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: {NAME}}}\nspec:\n  engine: {{type: sglang, image: '{image}'}}\n  model: {{path: Qwen/Qwen3-8B, configMapRef: {{name: qwen-config, key: config.json}}}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{replicas: 1, parallelism: {{tp: 1}}, template: {{extraArgs: {extra}, securityContext: {RESTRICTED_CONTAINER}}}}}\n  decode: {{replicas: 1, parallelism: {{tp: 1}}, template: {{securityContext: {RESTRICTED_CONTAINER}}}}}\n  router: {{enabled: false}}\n"
     )
 }
 
@@ -70,6 +71,9 @@ fn verdict(ns: &TestNamespace, old_key: Option<&str>, status: &str) -> Value {
 #[ignore = "needs the kind tier: make e2e-kind"]
 fn sglangs_own_code_in_the_engine_image_refuses_extra_args_before_any_engine_pod_and_passes_the_fix() {
     let ns = TestNamespace::new("kind-dry-run");
+    // In a namespace enforcing `restricted`: the dry-run pod runs as the prefill template's user,
+    // so Pod Security admits it and SGLang's code in the image runs without root.
+    ns.enforce_restricted();
     // A custom build whose release pd-operator cannot tell from its tag: admitted with a warning,
     // judged by 0.5.23's rules, under which the flag exists; the image runs 0.5.22.
     let o = ns.apply(&objects(&image("PD_KIND_SGLANG_CPU_CUSTOM_IMAGE"), &[NEWER_FLAG]));
@@ -109,6 +113,7 @@ fn sglangs_own_code_in_the_engine_image_refuses_extra_args_before_any_engine_pod
         let engine = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "engine").cloned();
         assert_eq!(engine.map(|c| c["image"].clone()), Some(json!(image("PD_KIND_SGLANG_CPU_IMAGE"))), "{}", p["spec"]);
     }
+    ns.assert_no_pod_security_refusal();
     // They would start SGLang without GPU kernels: delete them before they take the node's CPU.
     let o = cluster().kubectl(&["delete", "pdd", NAME, "-n", &ns.name, "--wait=false"]);
     assert!(o.status.success(), "{}", text(&o));

@@ -6,9 +6,10 @@
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, SecurityContext};
 
-/// The volume types `restricted` allows.
-const ALLOWED_VOLUMES: [&str; 8] =
-    ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+/// The volume types `restricted` allows (pod-security-admission v0.37, `restrictedVolumes`: image
+/// volumes joined the list with the `image` source).
+const ALLOWED_VOLUMES: [&str; 9] =
+    ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim", "projected", "secret"];
 
 /// What keeps `pod` out of a namespace enforcing `restricted`; empty when it is admitted.
 pub fn restricted_violations(pod: &PodSpec) -> Vec<String> {
@@ -98,6 +99,7 @@ spec:
 
     const HUB: &str = "{huggingFace: {repo: Qwen/Qwen3-8B, cache: {size: 100Gi}}}";
     const PVC: &str = "{pvc: {claimName: weights, path: qwen3}}";
+    const IMAGE: &str = "{image: {reference: 'registry.example/qwen3:1', path: model}}";
 
     /// Every pod the operator creates for `pdd`, by what it is.
     fn child_pods(pdd: &PDDeployment) -> Vec<(String, PodSpec)> {
@@ -116,7 +118,7 @@ spec:
 
     #[test]
     fn every_pod_the_operator_creates_is_admitted_by_restricted_when_the_templates_are() {
-        for source in [HUB, PVC] {
+        for source in [HUB, PVC, IMAGE] {
             let pods = child_pods(&spec(source, Some(RESTRICTED)));
             let what: Vec<&str> = pods.iter().map(|(w, _)| w.as_str()).collect();
             for kind in ["router", "dry run", if source == HUB { "fetch Job" } else { "read Job" }] {

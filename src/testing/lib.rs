@@ -160,6 +160,15 @@ impl Cluster {
     }
 }
 
+/// A container `securityContext` (as flow YAML) that meets the `restricted` Pod Security
+/// Standard: what a tenant of a restricted namespace writes into a PDDeployment's templates.
+pub const RESTRICTED_CONTAINER: &str = "{runAsNonRoot: true, runAsUser: 65532, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}, seccompProfile: {type: RuntimeDefault}}";
+
+/// `RESTRICTED_CONTAINER` as JSON, for objects a test builds with `json!`.
+pub fn restricted_container() -> serde_json::Value {
+    serde_norway::from_str(RESTRICTED_CONTAINER).expect("RESTRICTED_CONTAINER is YAML")
+}
+
 /// A namespace of its own for one test; deleted (without waiting) when dropped.
 pub struct TestNamespace {
     pub name: String,
@@ -179,6 +188,20 @@ impl TestNamespace {
 
     pub fn apply(&self, yaml: &str) -> Output {
         cluster().kubectl_stdin(&["apply", "-n", &self.name, "-f", "-"], yaml)
+    }
+
+    /// Makes the namespace enforce the `restricted` Pod Security Standard: from now on the
+    /// apiserver refuses every pod in it that does not meet that standard.
+    pub fn enforce_restricted(&self) {
+        let o = cluster().kubectl(&["label", "namespace", &self.name, "pod-security.kubernetes.io/enforce=restricted"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+
+    /// Fails the test if any Event in the namespace says Pod Security refused a pod.
+    pub fn assert_no_pod_security_refusal(&self) {
+        let events = cluster().kubectl(&["get", "events", "-n", &self.name, "-o", "jsonpath={.items[*].message}"]);
+        assert!(events.status.success(), "{}", text(&events));
+        assert!(!text(&events).contains("violates PodSecurity"), "{}", text(&events));
     }
 
     pub fn apply_file(&self, path: &Path) -> Output {
