@@ -11,6 +11,10 @@ use crate::validate::Finding;
 
 /// The operator's default `--max-pods-per-deployment`.
 pub const DEFAULT_MAX_PODS_PER_DEPLOYMENT: u32 = 512;
+/// The default of `--max-rendered-pods`: engine pods held rendered at once across reconciles.
+/// A rendered pod takes about 30 KB (docs/benchmarks.md), so 2,048 keep them near 60 MB, within
+/// the chart's 256 Mi with the caches beside them; four objects at the pod limit render at once.
+pub const DEFAULT_MAX_RENDERED_PODS: u32 = 2048;
 
 /// Where an operator's pods-per-PDDeployment limit is set, as messages name it.
 pub const POD_LIMIT_SETTING: &str = "operator flag --max-pods-per-deployment, chart value limits.maxPodsPerDeployment";
@@ -107,6 +111,14 @@ pub fn engine_pods(spec: &PDDeploymentSpec) -> [RolePods; 2] {
         surge: spec.rollout.max_surge(role),
         nodes: spec.role(role).nodes_per_instance(),
     })
+}
+
+/// The share of the render budget (`--max-rendered-pods`, `budget`) one reconcile of `spec`
+/// takes: its engine pods, at least 1 and at most the whole budget (an object larger than the
+/// budget renders alone).
+pub fn render_permits(spec: &PDDeploymentSpec, budget: u32) -> u32 {
+    let total = engine_pods(spec).iter().map(RolePods::total).fold(0u64, u64::saturating_add);
+    u32::try_from(total).unwrap_or(u32::MAX).clamp(1, budget.max(1))
 }
 
 /// An error when the spec asks for more engine pods than `max` (the operator's

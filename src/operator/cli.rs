@@ -80,6 +80,11 @@ pub struct ControllerArgs {
     /// apiserver when hundreds change together; 0 means no limit.
     #[arg(long, env = "PD_MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
     pub max_concurrent_reconciles: u16,
+    /// Engine pods held rendered at once across all reconciles: each reconcile takes its
+    /// PDDeployment's pod count (at most this many) before rendering and gives it back when done,
+    /// so the memory of rendered pods stays bounded however many large objects change together.
+    #[arg(long, env = "PD_MAX_RENDERED_PODS", default_value_t = pd_core::bounds::DEFAULT_MAX_RENDERED_PODS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_rendered_pods: u32,
     /// Seconds between reconciles of an unchanged PDDeployment (a change reconciles at once).
     #[arg(long, env = "PD_RESYNC_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub resync_seconds: u64,
@@ -302,6 +307,7 @@ fn run_controller(args: ControllerArgs) -> ExitCode {
             },
             namespace: args.namespace,
             max_concurrent_reconciles: args.max_concurrent_reconciles,
+            max_rendered_pods: args.max_rendered_pods,
             resync: std::time::Duration::from_secs(args.resync_seconds),
             leader_election: args.leader_elect.then_some(crate::controller::LeaderSettings {
                 namespace: args.leader_election_namespace,

@@ -96,6 +96,20 @@ fn the_pod_limit_refuses_100000_replicas_with_the_number() {
 }
 
 #[test]
+fn a_reconcile_takes_its_pod_count_from_the_render_budget_within_the_budget() {
+    let s = spec(
+        serde_json::json!({"prefill": {"replicas": 3, "parallelism": {"tp": 16}}, "decode": {"replicas": 2, "parallelism": {"tp": 8}}}),
+    );
+    // Prefill 3 instances x 2 nodes, decode 2 x 1, and each role's surge instance.
+    let pods = engine_pods(&s).iter().map(RolePods::total).sum::<u64>() as u32;
+    assert_eq!(render_permits(&s, 2048), pods);
+    assert_eq!(render_permits(&s, 4), 4, "an object larger than the budget takes all of it and renders alone");
+    assert_eq!(render_permits(&s, 0), 1, "a budget of 0 cannot stop every reconcile");
+    let huge = spec(serde_json::json!({"replicas": 100000}));
+    assert_eq!(render_permits(&huge, DEFAULT_MAX_RENDERED_PODS), DEFAULT_MAX_RENDERED_PODS);
+}
+
+#[test]
 fn the_pod_limit_counts_units_surge_and_nodes() {
     let s = spec(serde_json::json!({
         "replicas": 3, "rollout": {"maxSurge": 1},

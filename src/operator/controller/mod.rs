@@ -122,6 +122,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconciles running at once (0: no limit).
     pub max_concurrent_reconciles: u16,
+    /// Engine pods held rendered at once across reconciles (`--max-rendered-pods`).
+    pub max_rendered_pods: u32,
     /// Reconcile an unchanged PDDeployment this often.
     pub resync: Duration,
     pub leader_election: Option<LeaderSettings>,
@@ -151,6 +153,11 @@ pub struct Context {
     resync: Duration,
     /// `--max-pods-per-deployment`.
     max_pods: u32,
+    /// `--max-rendered-pods` as permits: a reconcile holds its object's pod count
+    /// (`bounds::render_permits`) from before its render until it ends.
+    render_budget: tokio::sync::Semaphore,
+    /// The budget's size, to take a share of it.
+    max_rendered_pods: u32,
     /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
     backoff: Mutex<HashMap<String, (u32, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
@@ -186,6 +193,12 @@ fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
 }
 
 impl Context {
+    /// Waits for `spec`'s share of the render budget (`bounds::render_permits`); the share goes
+    /// back when the permit drops. The budget is never closed, so there is always a permit.
+    async fn render_share(&self, spec: &pd_api::PDDeploymentSpec) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.render_budget.acquire_many(pd_core::bounds::render_permits(spec, self.max_rendered_pods)).await.ok()
+    }
+
     fn new(client: Client, settings: &Settings, metrics: Arc<Metrics>, stores: ChildStores) -> Self {
         let reporter = Reporter { controller: OPERATOR.into(), instance: std::env::var("POD_NAME").ok() };
         Self {
@@ -195,6 +208,8 @@ impl Context {
             metrics,
             resync: settings.resync,
             max_pods: settings.max_pods,
+            render_budget: tokio::sync::Semaphore::new(settings.max_rendered_pods as usize),
+            max_rendered_pods: settings.max_rendered_pods,
             backoff: Mutex::default(),
             stores,
             status_written: Mutex::default(),

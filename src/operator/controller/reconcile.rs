@@ -64,6 +64,9 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
             model_config::keep_refused(&ctx, &ns, &model).await?;
             return Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model).report_invalid(problems).await;
         }
+        // Every pod is rendered in memory from here to the end of the pass: the object's share
+        // of the render budget first, so all reconciles together hold at most that many.
+        let _rendering = ctx.render_share(&effective.spec).await;
         // The planner (spec.autoscaling), when a pass is due: it moves counts through the PDRoles.
         let next_plan = planner::pass(&ctx, pdd, (&ns, &name), &scaled).await;
         let pdd = &effective;
@@ -625,6 +628,10 @@ mod tests {
     }
 
     fn context(client: kube::Client, stores: ChildStores) -> Arc<Context> {
+        context_budget(client, stores, pd_core::bounds::DEFAULT_MAX_RENDERED_PODS)
+    }
+
+    fn context_budget(client: kube::Client, stores: ChildStores, max_rendered_pods: u32) -> Arc<Context> {
         let settings = crate::controller::Settings {
             admin_addr: "127.0.0.1:0".parse().unwrap(),
             render: pd_core::render::RenderOptions {
@@ -634,6 +641,7 @@ mod tests {
             },
             namespace: None,
             max_concurrent_reconciles: 1,
+            max_rendered_pods,
             resync: Duration::from_secs(300),
             leader_election: None,
             webhook: None,
@@ -642,6 +650,27 @@ mod tests {
             max_pods: pd_core::bounds::DEFAULT_MAX_PODS_PER_DEPLOYMENT,
         };
         Arc::new(Context::new(client, &settings, Arc::new(Metrics::default()), stores))
+    }
+
+    /// Attack on the old main: 32 reconciles of objects at the pod limit rendered 16,384 pods at
+    /// once (about 490 MB), past the chart's 256 Mi. Now a pass holds its pod count of the budget
+    /// until it ends: a second large object waits for the first, a small one fits beside it.
+    #[tokio::test]
+    async fn passes_together_hold_at_most_the_render_budget() {
+        let ctx = context_budget(scripted_api().0, stores_from(&[]), 600);
+        let mut big = qwen().0.clone().unwrap().spec;
+        (big.prefill.replicas, big.decode.replicas) = (250, 250);
+        let pods = pd_core::bounds::render_permits(&big, u32::MAX);
+        assert!((500..=512).contains(&pods), "{pods} pods");
+        let first = ctx.render_share(&big).await.expect("a share");
+        let second = tokio::time::timeout(Duration::from_millis(50), ctx.render_share(&big)).await;
+        assert!(second.is_err(), "a second object of {pods} pods rendered beside the first within a budget of 600");
+        let small = qwen().0.clone().unwrap().spec;
+        let beside = tokio::time::timeout(Duration::from_millis(50), ctx.render_share(&small)).await;
+        assert!(beside.is_ok_and(|p| p.is_some()), "a small object waits for nothing");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), ctx.render_share(&big)).await;
+        assert!(second.is_ok_and(|p| p.is_some()), "the share comes back when the first pass ends");
     }
 
     /// What a pass wrote: (method, path) of every request but reads and Events.
