@@ -138,8 +138,9 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
             Some((_, ConfigSource::Catalogue)) | None => (Ok(None), None),
         };
         let mut response = admission.decide(config, &state.judge);
-        // The controller's gate holds what admission could not judge on the real config.
-        if let Some(warning) = unread {
+        // The controller's gate holds what admission could not judge on the real config; a denied
+        // object is never read, so it gets no such promise.
+        if let Some(warning) = unread.filter(|_| response.allowed) {
             response.warnings.get_or_insert_with(Vec::new).push(warning);
         }
         state.metrics.admission(if response.allowed { "allowed" } else { "denied" });

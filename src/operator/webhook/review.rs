@@ -137,7 +137,12 @@ impl Review {
             let count = errors.len();
             let plural = if count == 1 { "" } else { "s" };
             let release = pd_core::release::release_of(&pdd.spec);
-            resp.deny(format!("PDDeployment {name} would fail in SGLang {release} ({count} violation{plural}):\n{}", errors.join("\n")))
+            // Some refusals are the platform's (egress, the pod limit), not SGLang's: the header
+            // names the release the rules were judged for, and each line says whose rule it is.
+            resp.deny(format!(
+                "PDDeployment {name} is refused, judged for SGLang {release} ({count} violation{plural}):\n{}",
+                errors.join("\n")
+            ))
         };
         if !warnings.is_empty() {
             resp.warnings = Some(warnings);
