@@ -444,3 +444,54 @@ fn a_spec_asking_for_more_pods_than_the_operator_allows_is_denied_with_the_count
     let o = ns.apply(&many_decodes(40));
     assert!(o.status.success(), "82 pods are within the limit: {}", text(&o));
 }
+
+/// A DeepSeek-V3 pair whose prefill passes `prefill_args` in extraArgs, at attention DP `attn_dp`.
+fn recipe(attn_dp: u32, prefill_args: &[&str]) -> String {
+    let args = serde_json::to_string(prefill_args).unwrap();
+    format!(
+        "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {{name: recipe}}\nspec:\n  model: {{path: deepseek-ai/DeepSeek-V3}}\n  kvTransfer: {{pageSize: 64}}\n  prefill: {{parallelism: {{tp: 8, attnDp: {attn_dp}}}, template: {{extraArgs: {args}}}}}\n  decode: {{parallelism: {{tp: 8}}}}\n"
+    )
+}
+
+/// Issue #55: an option of SGLang's PD recipes whose precondition fails (two-batch overlap with
+/// neither an EP all-to-all backend nor attention DP) is denied with SGLang's text and field;
+/// admitted, the options admission leaves to the engine dry run are named in one warning that
+/// reaches the client whole (within the 256 characters the apiserver may cut a warning to).
+#[test]
+fn recipe_options_are_judged_and_the_ones_left_to_the_dry_run_are_named() {
+    use pd_core::validate::{options::MAX_WARNING_CHARS, texts};
+    let ns = TestNamespace::new("wh-recipe");
+    let (_reg, _ctl, _) = start(&ns);
+    let err = denied(&ns, &recipe(1, &["--enable-two-batch-overlap"]), texts::TBO_NEEDS_ATTN_DP);
+    assert!(err.contains(&format!("spec.prefill.template.extraArgs[0]: {}", texts::TBO_NEEDS_ATTN_DP)), "{err}");
+    assert!(ns.get_json("pdd", "recipe").is_err(), "a denied object must not be stored");
+    let many = [
+        "--enable-two-batch-overlap",
+        "--cuda-graph-max-bs-decode",
+        "64",
+        "--mem-fraction-static",
+        "0.8",
+        "--disable-cuda-graph",
+        "--enable-torch-compile",
+        "--disable-custom-all-reduce",
+        "--enable-mixed-chunk",
+        "--disable-overlap-schedule",
+        "--skip-tokenizer-init",
+        "--enable-cache-report",
+        "--enable-p2p-check",
+        "--enable-memory-saver",
+    ];
+    let o = ns.apply(&recipe(8, &many));
+    assert!(o.status.success(), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let named: Vec<&str> = stderr.lines().filter(|l| l.contains("admission does not judge")).collect();
+    assert_eq!(named.len(), 1, "{stderr}");
+    let warning = named[0].strip_prefix("Warning: ").unwrap_or(named[0]);
+    assert!(
+        warning.starts_with("spec.*.template.extraArgs: admission does not judge --cuda-graph-max-bs-decode, --mem-fraction-static, "),
+        "{warning}"
+    );
+    assert!(!warning.contains("--enable-two-batch-overlap"), "judged at admission: {warning}");
+    assert!(warning.contains(" more: SGLang ") && warning.ends_with("(fix: see EngineVerified, docs/dry-run.md)"), "{warning}");
+    assert!(warning.chars().count() <= MAX_WARNING_CHARS, "{} chars: {warning}", warning.chars().count());
+}

@@ -1185,3 +1185,94 @@ fn a_prefill_s_chunked_prefill_size_is_a_multiple_of_its_page_size() {
     bad.kv_transfer.page_size = Some(8);
     assert!(!run(&bad).iter().any(|f| f.rule == "chunked-prefill-page"), "1000 is a multiple of 8");
 }
+
+fn with_args(mut spec: PDDeploymentSpec, prefill: &[&str], decode: &[&str]) -> PDDeploymentSpec {
+    spec.prefill.template.extra_args = prefill.iter().map(|a| a.to_string()).collect();
+    spec.decode.template.extra_args = decode.iter().map(|a| a.to_string()).collect();
+    spec
+}
+
+/// Issue #55: the options of SGLang's PD recipes, judged with each release's start-up text.
+#[test]
+fn two_batch_overlap_needs_an_ep_a2a_backend_or_attention_dp() {
+    let tbo = ["--enable-two-batch-overlap"];
+    let at = "spec.prefill.template.extraArgs[0]";
+    for (release, text) in [
+        ("0.5.21", "--enable-dp-attention is required (DeepSeek-V4 non-EP DP TBO path)."),
+        ("0.5.22", "attention DP (--attn-dp-size) is required (DeepSeek-V4 non-EP DP TBO path)."),
+        ("0.5.23", "attention DP (--attn-dp-size) is required (DeepSeek-V4 non-EP DP TBO path)."),
+    ] {
+        case("two-batch-overlap-needs-attn-dp", on(release, mla()), on(release, with_args(mla(), &tbo, &[])), at, text);
+    }
+}
+
+#[test]
+fn eagle_family_needs_its_three_numbers_together() {
+    let full = [
+        "--speculative-algorithm",
+        "NEXTN",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ];
+    let steps_only = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"];
+    case(
+        "speculative-params",
+        with_args(mla(), &full, &full),
+        with_args(mla(), &steps_only, &steps_only),
+        "spec.decode.template.extraArgs[2]",
+        "TypeError: '>' not supported between instances of 'NoneType' and 'int'",
+    );
+    let topk_only = ["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "1"];
+    case(
+        "speculative-params",
+        mla(),
+        with_args(mla(), &topk_only, &topk_only),
+        "spec.prefill.template.extraArgs[2]",
+        "AssertionError (bare)",
+    );
+}
+
+#[test]
+fn dp_lm_head_needs_attention_dp_beside_replica_dp() {
+    let mut replicas = gqa();
+    replicas.prefill.parallelism.tp = 4;
+    replicas.decode.parallelism.tp = 4;
+    replicas.decode.parallelism.dp = 2;
+    let at = "spec.decode.template.extraArgs[0]";
+    for (release, text) in [
+        ("0.5.21", "Please enable dp attention when setting enable_dp_lm_head."),
+        ("0.5.23", "--enable-dp-lm-head requires attention DP (--attn-dp-size)."),
+    ] {
+        let bad = on(release, with_args(replicas.clone(), &[], &["--enable-dp-lm-head"]));
+        case("dp-lm-head-needs-attn-dp", on(release, replicas.clone()), bad, at, text);
+    }
+}
+
+#[test]
+fn moe_a2a_backends_need_their_attention_dp() {
+    let at = "spec.prefill.template.extraArgs[0]";
+    let flashinfer = ["--moe-a2a-backend", "flashinfer"];
+    case("a2a-attn-dp", mla(), with_args(mla(), &flashinfer, &[]), at, "Flashinfer MoE A2A requires --attn-dp-size equal to --tp-size");
+    let bad = on("0.5.21", with_args(mla(), &flashinfer, &[]));
+    case(
+        "a2a-attn-dp",
+        on("0.5.21", mla()),
+        bad,
+        at,
+        "Flashinfer MoE A2A is only supported with dp_size == tp_size and --enable-dp-attention",
+    );
+    let pplx = ["--moe-a2a-backend", "pplx"];
+    case("a2a-attn-dp", mla(), with_args(mla(), &pplx, &[]), at, "moe_a2a_backend='pplx' requires attention DP with at least 2 groups");
+    let dispatch = ["--flashinfer-a2a-dispatch-type", "bf16"];
+    case(
+        "flashinfer-a2a-dispatch-type",
+        mla(),
+        with_args(mla(), &dispatch, &[]),
+        at,
+        "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer.",
+    );
+}

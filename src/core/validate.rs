@@ -109,9 +109,46 @@ pub mod texts {
         "DSA KV sharding requires Mooncake, uncompressed index_kpool=1 and no DSA cache layer splitting.";
     pub const CHUNKED_PREFILL_PAGE: &str = "chunked_prefill_size must be divisible by page_size";
     pub const PREFILL_DCP_WARNING: &str = "DCP on a PD prefill server is supported when prefill and decode use the same DCP layout, but it usually adds communication overhead without improving prefill performance.";
+    // The options of SGLang's PD recipes (`validate::options`); each text as the release's
+    // `srt/arg_groups/*.py` raises it, the older wording where a release words it otherwise.
+    /// `validation_hook.check_two_batch_overlap` (0.5.22, 0.5.23).
+    pub const TBO_NEEDS_ATTN_DP: &str = "When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), attention DP (--attn-dp-size) is required (DeepSeek-V4 non-EP DP TBO path).";
+    pub const TBO_NEEDS_ATTN_DP_0_5_21: &str = "When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), --enable-dp-attention is required (DeepSeek-V4 non-EP DP TBO path).";
+    /// `moe_hook.handle_a2a_moe` (0.5.21–0.5.23).
+    pub const OVERLAP_DEEPEP_V2: &str = "DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet. Disable --enable-two-batch-overlap and --enable-single-batch-overlap when using --moe-a2a-backend deepep_v2.";
+    /// `mega_moe_hook.check_mega_moe_compat` (0.5.21–0.5.23).
+    pub const OVERLAP_MEGAMOE: &str = "--moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; disable --enable-two-batch-overlap and --enable-single-batch-overlap.";
+    /// `speculative_hook._handle_eagle_family`: with `--speculative-num-steps` unset SGLang picks
+    /// all three itself and asserts the other two unset, a bare `assert` (0.5.21–0.5.23).
+    pub const EAGLE_STEPS_UNSET: &str = "AssertionError (bare): SGLang chooses --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens itself only when all three are unset, and asserts `speculative_eagle_topk is None and speculative_num_draft_tokens is None` when --speculative-num-steps is";
+    /// The same function compares `speculative_eagle_topk > 1` with the top-k left `None`.
+    pub const EAGLE_TOPK_UNSET: &str = "TypeError: '>' not supported between instances of 'NoneType' and 'int'";
+    /// `overrides._dp_lm_head_validation` (0.5.22, 0.5.23).
+    pub const DP_LM_HEAD: &str = "--enable-dp-lm-head requires attention DP (--attn-dp-size).";
+    /// 0.5.21's wording of the same assert (its trailing space included).
+    pub const DP_LM_HEAD_0_5_21: &str = "Please enable dp attention when setting enable_dp_lm_head. ";
+    /// `speculative_hook._handle_dspark` (0.5.21–0.5.23).
+    pub const DSPARK_DP_LM_HEAD: &str = "DSpark with dp attention requires --enable-dp-lm-head.";
+    /// `moe_hook.handle_a2a_moe`'s pplx assert (0.5.22, 0.5.23; 0.5.21's wording below).
+    pub const PPLX_ATTN_DP: &str = "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2).";
+    pub const PPLX_ATTN_DP_0_5_21: &str =
+        "moe_a2a_backend='pplx' requires --enable-dp-attention with at least 2 DP groups (--dp-size >= 2).";
+    /// `moe_hook.handle_a2a_moe`'s FlashInfer A2A topology assert, per release.
+    pub const FLASHINFER_A2A_ATTN_DP: &str = "Flashinfer MoE A2A requires --attn-dp-size equal to --tp-size, except for Muse Spark TP4/EP4 or TP8/EP8 prefill sequence parallelism.";
+    pub const FLASHINFER_A2A_ATTN_DP_0_5_22: &str = "Flashinfer MoE A2A is only supported with --attn-dp-size equal to --tp-size";
+    pub const FLASHINFER_A2A_ATTN_DP_0_5_21: &str =
+        "Flashinfer MoE A2A is only supported with dp_size == tp_size and --enable-dp-attention";
+    /// `moe_hook.handle_a2a_moe`'s FlashInfer MegaMOE assert (0.5.22, 0.5.23; 0.5.21's wording below).
+    pub const FLASHINFER_MEGAMOE_ATTN_DP: &str = "FlashInfer MegaMOE is only supported with --attn-dp-size equal to --tp-size";
+    pub const FLASHINFER_MEGAMOE_ATTN_DP_0_5_21: &str =
+        "FlashInfer MegaMOE is only supported with dp_size == tp_size and --enable-dp-attention";
+    /// `moe_hook.handle_a2a_moe` (0.5.21–0.5.23).
+    pub const FLASHINFER_DISPATCH: &str = "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer.";
 }
 
 pub use crate::sglang_args::{OptionMatch, extra_value, match_option};
+
+pub mod options;
 use pd_api::Role;
 
 /// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,
@@ -342,6 +379,7 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     check_context_parallel(role, rs, spec, facts, out);
     check_pp_speculative(role, rs, release_of(spec), out);
     check_chunked_prefill(role, rs, spec, facts, out);
+    options::check(role, rs, release_of(spec), facts, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }

@@ -114,6 +114,8 @@ impl Review {
         let mut findings = judge.egress.check(&pdd.spec);
         findings.extend(validate::in_cluster(&name, &pdd.spec, &facts, judge.gang_api));
         findings.extend(pd_core::bounds::pod_limit(&pdd.spec, judge.max_pods));
+        // What admission leaves to the engine dry run, said once.
+        findings.extend(validate::options::not_judged_warning(&pdd.spec));
         // A source's config.json not read yet tells the attention kind once the operator's Job has
         // read it; the controller judges the spec on it before any engine pod, so admission does
         // not refuse for not knowing it (it would never be read).
@@ -224,6 +226,26 @@ mod tests {
         let r = req.decide(Ok(None), &Judge::new(false));
         assert!(r.allowed);
         assert!(r.warnings.unwrap()[0].contains("Performance is NOT guaranteed"));
+    }
+
+    /// Issue #55: two-batch overlap without an EP all-to-all backend or attention DP is denied
+    /// at admission, and options admission does not judge are named in one warning.
+    #[test]
+    fn denies_recipe_options_and_names_what_it_leaves_to_the_dry_run() {
+        let mut obj = pdd(serde_json::json!({"tp": 4}));
+        obj["spec"]["decode"]["template"] =
+            serde_json::json!({"extraArgs": ["--enable-two-batch-overlap", "--cuda-graph-max-bs-decode", "64"]});
+        let r = Review::parse(&review("CREATE", obj)).unwrap().decide(Ok(None), &Judge::new(false));
+        assert!(!r.allowed);
+        assert!(
+            r.result.message.contains(&format!("spec.decode.template.extraArgs[0]: {}", validate::texts::TBO_NEEDS_ATTN_DP)),
+            "{}",
+            r.result.message
+        );
+        let warnings = r.warnings.unwrap_or_default();
+        let named: Vec<_> = warnings.iter().filter(|w| w.contains("admission does not judge")).collect();
+        assert_eq!(named.len(), 1, "{warnings:?}");
+        assert!(named[0].contains("--cuda-graph-max-bs-decode") && !named[0].contains("two-batch"), "{named:?}");
     }
 
     #[test]
