@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -483,9 +483,10 @@ fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDe
 }
 
 /// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
-/// deployment label and the labels, annotations, phase and conditions the planner reads, and the
-/// address the autoscaling planner scrapes. The spec, container statuses, other labels and the
-/// conditions' other timestamps are most of a pod's memory, and the cache holds every pod.
+/// deployment label and the labels, annotations, phase and conditions the planner reads, the
+/// engine container's restart count and last exit, and the address the autoscaling planner
+/// scrapes. The spec, the other container statuses, other labels and the conditions' other
+/// timestamps are most of a pod's memory, and the cache holds every pod.
 pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the sidecar's image and whether it has a startup probe
     // (`ObservedPod::sidecar_image`, `sidecar_probed`).
@@ -512,9 +513,32 @@ pub(crate) fn slim_pod(p: &mut Pod) {
             // lastTransitionTime stays: the planner's minReadySeconds counts from Ready's.
             (c.last_probe_time, c.observed_generation) = (None, None);
         }
+        // The engine's restarts: a multi-node instance whose engine restarted is recreated whole.
+        let engine = plan::engine_status(s).map(slim_container_status);
         // The pod's address: where the planner scrapes an engine without a Prometheus.
         let (phase, pod_ip) = (s.phase.take(), s.pod_ip.take());
-        *s = k8s_openapi::api::core::v1::PodStatus { phase, pod_ip, conditions: Some(conditions), ..Default::default() };
+        *s = k8s_openapi::api::core::v1::PodStatus {
+            phase,
+            pod_ip,
+            conditions: Some(conditions),
+            container_statuses: engine.map(|c| vec![c]),
+            ..Default::default()
+        };
+    }
+}
+
+/// Of a container's status, what `ObservedPod` reads: its name, restart count and last exit.
+fn slim_container_status(c: &ContainerStatus) -> ContainerStatus {
+    let terminated = c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| ContainerStateTerminated {
+        exit_code: t.exit_code,
+        reason: t.reason.clone(),
+        ..Default::default()
+    });
+    ContainerStatus {
+        name: c.name.clone(),
+        restart_count: c.restart_count,
+        last_state: terminated.map(|t| ContainerState { terminated: Some(t), ..Default::default() }),
+        ..Default::default()
     }
 }
 
@@ -877,7 +901,22 @@ mod tests {
                 condition("Ready", "True", "Ready"),
                 condition(pd_core::handshake::HANDSHAKE_CONDITION, "False", "PageSizeMismatch"),
             ]),
-            container_statuses: Some(vec![Default::default()]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: pd_core::render::ENGINE_CONTAINER.into(),
+                image: "lmsysorg/sglang:v0.5.23".into(),
+                restart_count: 2,
+                last_state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 137,
+                        reason: Some("OOMKilled".into()),
+                        message: Some("x".repeat(4096)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            init_container_statuses: Some(vec![ContainerStatus { name: SIDECAR_CONTAINER.into(), restart_count: 5, ..Default::default() }]),
             ..Default::default()
         });
         let mut slim = pod.clone();
@@ -886,6 +925,7 @@ mod tests {
         assert_eq!(plan::ObservedPod::from_pod(&slim), Some(observed.clone()));
         assert!(observed.ready && observed.unschedulable.is_some() && observed.draining_since.is_some(), "{observed:?}");
         assert!(observed.handshake.as_ref().is_some_and(|h| !h.passed && h.rank_map.is_some()), "{observed:?}");
+        assert_eq!((observed.engine_restarts, observed.engine_last_exit.as_deref()), (2, Some("exit code 137 (OOMKilled)")));
         assert_eq!(slim.metadata.labels.as_ref().unwrap()[LABEL_DEPLOYMENT], "p", "children are found by it");
         assert_eq!((&slim.metadata.owner_references, &slim.metadata.uid), (&pod.metadata.owner_references, &pod.metadata.uid));
         let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
