@@ -59,11 +59,6 @@ const STATUS_MAX_INTERVAL: Duration = Duration::from_secs(10);
 const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
 /// How long a pod this process created is presumed to exist while the cache does not show it.
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
-const BACKOFF_BASE: Duration = Duration::from_secs(5);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// An instance not recreated for this long starts its backoff afresh (and its entry is dropped,
-/// so instances of deleted PDDeployments are not remembered for ever).
-const BACKOFF_FORGET: Duration = Duration::from_secs(900);
 /// Each watch retries after an error within these bounds (jittered, doubling).
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
@@ -151,8 +146,6 @@ pub struct Context {
     resync: Duration,
     /// `--max-pods-per-deployment`.
     max_pods: u32,
-    /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
-    backoff: Mutex<HashMap<String, (u32, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
     stores: ChildStores,
     /// What this process last wrote to each PDDeployment's status, and when (`ns/name/uid`). It is
@@ -195,7 +188,6 @@ impl Context {
             metrics,
             resync: settings.resync,
             max_pods: settings.max_pods,
-            backoff: Mutex::default(),
             stores,
             status_written: Mutex::default(),
             expected_pods: Mutex::default(),
@@ -308,23 +300,6 @@ impl Context {
             map.remove(&format!("{ns}/{pod}"));
         }
     }
-
-    /// How long an instance must still wait before it may be recreated again.
-    fn backoff_remaining(&self, key: &str) -> Option<Duration> {
-        let map = self.backoff.lock().ok()?;
-        let (attempts, last) = map.get(key).filter(|(_, last)| last.elapsed() < BACKOFF_FORGET)?;
-        let delay = BACKOFF_BASE.saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(BACKOFF_MAX);
-        delay.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
-    }
-
-    fn note_recreate(&self, key: String) -> u32 {
-        let mut map = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, (_, last)| last.elapsed() < BACKOFF_FORGET);
-        let e = map.entry(key).or_insert((0, Instant::now()));
-        e.0 += 1;
-        e.1 = Instant::now();
-        e.0
-    }
 }
 
 /// How long a progress-only status change should wait before it is written; `None`: write now.
@@ -348,7 +323,8 @@ fn status_delay(
 }
 
 /// Whether a status change must be written at once rather than coalesced with the progress
-/// writes: a new generation or KV set, the engine dry run's progress or verdict, a rank map entry changed or gone, anything turning bad,
+/// writes: a new generation or KV set, the engine dry run's progress or verdict, a recreation
+/// counted (or its window closed), a rank map entry changed or gone, anything turning bad,
 /// Ready turning True, or a rollout completing. Good news on the way (one role available, the
 /// other still starting, one more decode's rank map) waits: the last of it comes with Ready.
 fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStatus) -> bool {
@@ -358,6 +334,11 @@ fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStat
     // The dry run's verdict is the gate's memory: a pass that reads it deletes the dry-run pod, so
     // a verdict not written at once would send the next pass to run the dry run again.
     if previous.engine_verification != next.engine_verification {
+        return true;
+    }
+    // The recreations counted are the recovery budget's memory: one not written would be
+    // counted again by no one, and a restarted controller would find the budget unspent.
+    if previous.recoveries != next.recoveries {
         return true;
     }
     if previous.rank_map.iter().any(|m| !next.rank_map.contains(m)) {
