@@ -44,6 +44,14 @@ fn uids(ns: &TestNamespace, pdd: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Waits until `pdd` has `n` engine pods, every one running.
+fn wait_running(ns: &TestNamespace, pdd: &str, n: usize) {
+    wait_for(WAIT, &format!("{n} running pods"), || {
+        let ps = pods(ns, pdd)?;
+        (ps.len() == n && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
+    });
+}
+
 fn running(p: &Value) -> bool {
     p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
 }
@@ -140,10 +148,7 @@ fn losing_one_pod_recreates_the_whole_multi_node_instance() {
     let ns = TestNamespace::new("recreate");
     let _ctl = ControllerProcess::start(&ns.name);
     assert!(ns.apply_file(&repo_path("examples/multi-node-prefill.yaml")).status.success());
-    wait_for(WAIT, "3 running pods", || {
-        let ps = pods(&ns, "r1")?;
-        (ps.len() == 3 && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
-    });
+    wait_running(&ns, "r1", 3);
     let before = uids(&ns, "r1");
     assert!(cluster().kubectl(&["delete", "pod", "r1-prefill-0-1", "-n", &ns.name, "--wait=false"]).status.success());
     wait_for(WAIT, "both pods of prefill instance 0 to be replaced and running", || {
@@ -186,10 +191,7 @@ fn an_engine_restart_in_a_multi_node_instance_recreates_that_instance_whole() {
     let ns = TestNamespace::new("restart");
     let _ctl = ControllerProcess::start(&ns.name);
     assert!(ns.apply(TWO_NODE).status.success());
-    wait_for(WAIT, "6 running pods", || {
-        let ps = pods(&ns, "restart")?;
-        (ps.len() == 6 && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
-    });
+    wait_running(&ns, "restart", 6);
     let before = uids(&ns, "restart");
     // The decode's handshake sidecar restarts harmlessly; prefill 0's engine on node 1 restarted
     // in place while the pod stays Running: its rank can no longer join its group.
@@ -252,10 +254,7 @@ fn an_instance_past_its_recovery_budget_is_left_down_until_the_spec_changes() {
     let ns = TestNamespace::new("budget");
     let _ctl = ControllerProcess::start(&ns.name);
     assert!(ns.apply(BUDGET_OF_ONE).status.success());
-    wait_for(WAIT, "3 running pods", || {
-        let ps = pods(&ns, "budget")?;
-        (ps.len() == 3 && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
-    });
+    wait_running(&ns, "budget", 3);
     let prefill = ["budget-prefill-0-0", "budget-prefill-0-1"];
     restart_in_place(&ns, prefill[1], "engine", false, 1);
     let first = wait_replaced(&ns, "budget", &uids(&ns, "budget"), &prefill, 3);
