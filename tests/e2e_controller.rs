@@ -44,6 +44,14 @@ fn uids(ns: &TestNamespace, pdd: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Waits until `pdd` has `n` engine pods, every one running.
+fn wait_running(ns: &TestNamespace, pdd: &str, n: usize) {
+    wait_for(WAIT, &format!("{n} running pods"), || {
+        let ps = pods(ns, pdd)?;
+        (ps.len() == n && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
+    });
+}
+
 fn running(p: &Value) -> bool {
     p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
 }
@@ -140,10 +148,7 @@ fn losing_one_pod_recreates_the_whole_multi_node_instance() {
     let ns = TestNamespace::new("recreate");
     let _ctl = ControllerProcess::start(&ns.name);
     assert!(ns.apply_file(&repo_path("examples/multi-node-prefill.yaml")).status.success());
-    wait_for(WAIT, "3 running pods", || {
-        let ps = pods(&ns, "r1")?;
-        (ps.len() == 3 && ps.iter().all(running)).then_some(()).ok_or_else(|| format!("{} pods", ps.len()))
-    });
+    wait_running(&ns, "r1", 3);
     let before = uids(&ns, "r1");
     assert!(cluster().kubectl(&["delete", "pod", "r1-prefill-0-1", "-n", &ns.name, "--wait=false"]).status.success());
     wait_for(WAIT, "both pods of prefill instance 0 to be replaced and running", || {
@@ -162,6 +167,112 @@ fn losing_one_pod_recreates_the_whole_multi_node_instance() {
         cluster().kubectl(&["get", "events", "-n", &ns.name, "-o", "jsonpath={range .items[*]}{.reason}: {.note}{.message}{\"\\n\"}{end}"]);
     let events = String::from_utf8_lossy(&o.stdout);
     assert!(events.contains("InstanceRecreated: pod r1-prefill-0-1 disappeared"), "{events}");
+}
+
+/// Two prefill and one decode instance of two pods each (tp 2, one GPU a pod).
+const TWO_NODE: &str = "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: restart}\nspec:\n  model: {path: Qwen/Qwen3-8B}\n  kvTransfer: {pageSize: 64}\n  router: {enabled: false}\n  prefill: {replicas: 2, gpusPerNode: 1, parallelism: {tp: 2}}\n  decode: {replicas: 1, gpusPerNode: 1, parallelism: {tp: 2}}\n";
+
+/// Raises, in `pod`'s status (the status subresource, as a kubelet would), the restart count
+/// of its container `name` (an init container when `init`) to `count`.
+fn restart_in_place(ns: &TestNamespace, pod: &str, name: &str, init: bool, count: i64) {
+    let field = if init { "initContainerStatuses" } else { "containerStatuses" };
+    let statuses = ns.get_json("pod", pod).unwrap()["status"][field].clone();
+    let i = statuses.as_array().and_then(|s| s.iter().position(|c| c["name"] == name)).unwrap_or_else(|| panic!("{pod}: {statuses}"));
+    let patch = serde_json::json!([
+        {"op": "replace", "path": format!("/status/{field}/{i}/restartCount"), "value": count},
+        {"op": "add", "path": format!("/status/{field}/{i}/lastState"), "value": {"terminated": {"exitCode": 137, "reason": "Error"}}},
+    ]);
+    let o = cluster().kubectl(&["patch", "pod", pod, "-n", &ns.name, "--subresource=status", "--type=json", "-p", &patch.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn an_engine_restart_in_a_multi_node_instance_recreates_that_instance_whole() {
+    let ns = TestNamespace::new("restart");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(TWO_NODE).status.success());
+    wait_running(&ns, "restart", 6);
+    let before = uids(&ns, "restart");
+    // The decode's handshake sidecar restarts harmlessly; prefill 0's engine on node 1 restarted
+    // in place while the pod stays Running: its rank can no longer join its group.
+    restart_in_place(&ns, "restart-decode-0-1", "handshake", true, 3);
+    restart_in_place(&ns, "restart-prefill-0-1", "engine", false, 1);
+    let after = wait_replaced(&ns, "restart", &before, &["restart-prefill-0-0", "restart-prefill-0-1"], 6);
+    let told = events(&ns);
+    let cause = "pod restart-prefill-0-1: container engine restarted (restartCount 1, last exit code 137 (Error))";
+    assert!(
+        told.contains(&format!("InstanceRecreated: {cause}: recreating prefill instance 0 whole (recreation 1 of 5 in 600s)")),
+        "{told}"
+    );
+    assert_eq!(told.matches("InstanceRecreated").count(), 1, "{told}");
+    // The count the budget reads back on the next pass, and on the next controller's.
+    let status = ns.get_json("pdd", "restart").unwrap()["status"].clone();
+    let recoveries = status["recoveries"].as_array().cloned().unwrap_or_default();
+    assert_eq!(recoveries.len(), 1, "{status}");
+    let r = &recoveries[0];
+    assert_eq!((r["role"].as_str(), r["instance"].as_u64(), r["count"].as_u64()), (Some("prefill"), Some(0), Some(1)), "{r}");
+    assert_eq!(r["lastCause"], cause, "{r}");
+    // The new pods start at restartCount 0: nothing more happens.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(uids(&ns, "restart"), after);
+    assert_eq!(events(&ns).matches("InstanceRecreated").count(), 1);
+}
+
+/// Waits until the pods named `replaced` run anew (new uids), every other pod of `before` is
+/// kept (failing at once if one is replaced) and `total` pods run; returns their uids.
+fn wait_replaced(
+    ns: &TestNamespace,
+    pdd: &str,
+    before: &BTreeMap<String, String>,
+    replaced: &[&str],
+    total: usize,
+) -> BTreeMap<String, String> {
+    wait_for(WAIT, &format!("{replaced:?} replaced and running, the other pods kept"), || {
+        let ps = pods(ns, pdd)?;
+        let uid = |p: &Value| Some((p["metadata"]["name"].as_str()?.to_owned(), p["metadata"]["uid"].as_str()?.to_owned()));
+        let now: BTreeMap<String, String> = ps.iter().filter_map(uid).collect();
+        let new = replaced.iter().all(|n| now.get(*n).is_some_and(|u| Some(u) != before.get(*n)));
+        let kept = before.iter().filter(|(n, _)| !replaced.contains(&n.as_str())).all(|(n, u)| now.get(n) == Some(u));
+        assert!(kept, "another instance was replaced:\nbefore {before:?}\nnow {now:?}");
+        (new && ps.len() == total && ps.iter().all(running)).then_some(now.clone()).ok_or_else(|| format!("before {before:?}\nnow {now:?}"))
+    })
+}
+
+/// One two-node prefill instance and one one-node decode, with a recovery budget of one.
+const BUDGET_OF_ONE: &str = "apiVersion: pd.inference.dev/v1alpha1\nkind: PDDeployment\nmetadata: {name: budget}\nspec:\n  model: {path: Qwen/Qwen3-8B}\n  kvTransfer: {pageSize: 64}\n  router: {enabled: false}\n  prefill: {gpusPerNode: 1, parallelism: {tp: 2}}\n  decode: {parallelism: {tp: 2}}\n  recovery: {maxRestarts: 1}\n";
+
+/// `Degraded` once it is True for a spent recovery budget: its message.
+fn wait_left_down(ns: &TestNamespace, pdd: &str) -> String {
+    wait_for(WAIT, "Degraded naming the instance left down", || {
+        let (status, reason, message) = condition(ns, pdd, "Degraded")?;
+        (status == "True" && reason == "RecoveryBudgetExhausted").then_some(message.clone()).ok_or(format!("{status} {reason}: {message}"))
+    })
+}
+
+#[test]
+fn an_instance_past_its_recovery_budget_is_left_down_until_the_spec_changes() {
+    let ns = TestNamespace::new("budget");
+    let _ctl = ControllerProcess::start(&ns.name);
+    assert!(ns.apply(BUDGET_OF_ONE).status.success());
+    wait_running(&ns, "budget", 3);
+    let prefill = ["budget-prefill-0-0", "budget-prefill-0-1"];
+    restart_in_place(&ns, prefill[1], "engine", false, 1);
+    let first = wait_replaced(&ns, "budget", &uids(&ns, "budget"), &prefill, 3);
+    // The recreated leader's engine restarts too: the budget of one is spent.
+    restart_in_place(&ns, prefill[0], "engine", false, 2);
+    let message = wait_left_down(&ns, "budget");
+    let cause = "pod budget-prefill-0-0: container engine restarted (restartCount 2, last exit code 137 (Error))";
+    assert!(message.starts_with(&format!("{cause}; prefill instance 0 is left down: recreated once since ")), "{message}");
+    assert!(message.contains("(spec.recovery allows 1 in 600s)"), "{message}");
+    // Well past the 10 s backoff nothing was recreated, and one Event told it.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(uids(&ns, "budget"), first, "an instance past its budget is left down");
+    let told = events(&ns);
+    assert_eq!((told.matches("InstanceRecreated").count(), told.matches("RecoveryBudgetExhausted:").count()), (1, 1), "{told}");
+    // A spec change starts the budget afresh: the instance is recreated, and Degraded clears.
+    assert!(ns.apply(&BUDGET_OF_ONE.replace("maxRestarts: 1", "maxRestarts: 2")).status.success());
+    wait_replaced(&ns, "budget", &first, &prefill, 3);
+    wait_condition(&ns, "budget", "Degraded", "False");
 }
 
 fn scaled(replicas: u32) -> String {

@@ -17,11 +17,13 @@ use serde::{Deserialize, Serialize};
 mod autoscaling;
 pub mod conditions;
 pub mod limits;
+mod recovery;
 mod scaling;
 pub use autoscaling::{
     AutoscalingMode, AutoscalingSpec, AutoscalingStatus, LoadThresholds, Observed, PrometheusSource, RoleRecommendation, SloTargets,
 };
 use limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE, MAX_ROUTER_REPLICAS};
+pub use recovery::{InstanceRecovery, RecoverySpec};
 pub use scaling::{PDRole, PDRoleSpec, PDRoleStatus, RatioBand, RoleLimits, RoleName, ScalingSpec, role_object_name};
 
 /// The group and version are written once, as macros, so `API_VERSION` can be joined at compile time.
@@ -115,6 +117,9 @@ pub struct PDDeploymentSpec {
     /// The planner: each role's count from SGLang's metrics (see docs/scaling.md). Unset: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingSpec>,
+    /// How often a broken instance is recreated: the budget and its backoff (docs/controller.md).
+    #[serde(default)]
+    pub recovery: RecoverySpec,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
@@ -1028,6 +1033,9 @@ pub struct PDDeploymentStatus {
     /// The fetch of a cached Hugging Face source (`spec.model.source.huggingFace.cache`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelFetchStatus>,
+    /// The instances recreated within `spec.recovery.windowSeconds`: how often, when and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recoveries: Vec<InstanceRecovery>,
 }
 
 /// The weights' fetch into the cache, as the fetch Job reports it.

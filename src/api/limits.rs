@@ -26,3 +26,10 @@ pub const MAX_ROUTER_REPLICAS: i32 = 64;
 /// `kvTransfer.pageSize` in tokens: SGLang's page sizes are 1 to 256 (64 for DSA, 256 for
 /// DeepSeek-V4); a page above 4096 tokens is no real layout.
 pub const MAX_PAGE_SIZE: u32 = 4096;
+
+/// `recovery.maxRestarts`: recreations of one instance within the window; a budget above a few
+/// dozen is no budget.
+pub const MAX_RESTARTS: i32 = 100;
+
+/// `recovery.windowSeconds`: a day.
+pub const MAX_RECOVERY_WINDOW_SECONDS: i32 = 86_400;

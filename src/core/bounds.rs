@@ -4,7 +4,10 @@
 //! stay within the operator's pods-per-PDDeployment limit, which the webhook and the controller
 //! apply (the controller renders every pod of a spec in memory before it creates any).
 
-use pd_api::limits::{MAX_GPUS_PER_INSTANCE, MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE, MAX_ROUTER_REPLICAS};
+use pd_api::limits::{
+    MAX_GPUS_PER_INSTANCE, MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE, MAX_RECOVERY_WINDOW_SECONDS, MAX_RESTARTS,
+    MAX_ROUTER_REPLICAS,
+};
 use pd_api::{PDDeploymentSpec, Role};
 
 use crate::validate::Finding;
@@ -42,6 +45,9 @@ pub fn check_counts(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) -> bool {
     over("spec.replicas".into(), spec.replicas.into(), instances, "replicas");
     over("spec.router.replicas".into(), spec.router.replicas.into(), MAX_ROUTER_REPLICAS.into(), "router replicas");
     over("spec.rollout.maxUnavailable".into(), spec.rollout.max_unavailable.into(), instances, "maxUnavailable");
+    over("spec.recovery.maxRestarts".into(), spec.recovery.max_restarts.into(), MAX_RESTARTS.into(), "maxRestarts");
+    let window = spec.recovery.window_seconds.into();
+    over("spec.recovery.windowSeconds".into(), window, MAX_RECOVERY_WINDOW_SECONDS.into(), "windowSeconds");
     if let Some(page) = spec.kv_transfer.page_size {
         over("spec.kvTransfer.pageSize".into(), page.into(), MAX_PAGE_SIZE.into(), "pageSize");
     }

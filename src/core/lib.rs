@@ -2,7 +2,7 @@
 //! Kubernetes client and no async runtime. Model facts (`model`), the SGLang release judged
 //! (`release`), SGLang's start-up resolution (`resolve`), the rules (`validate`), the handshake's
 //! checks and rank map (`handshake`), the objects and argv (`render`), and the controller's pure
-//! decisions (`plan`, `sets`, `status`). `bounds` keeps what one object may ask for bounded.
+//! decisions (`plan`, `recovery`, `sets`, `status`). `bounds` keeps what one object may ask for bounded.
 
 pub mod bounds;
 pub mod children;
@@ -20,6 +20,7 @@ pub mod plan;
 pub mod planner;
 #[cfg(test)]
 mod pod_security;
+pub mod recovery;
 pub mod release;
 pub mod remote;
 pub mod render;

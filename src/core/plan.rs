@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 
 use crate::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use crate::render::{
-    DRAINING_SINCE, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE,
+    DRAINING_SINCE, ENGINE_CONTAINER, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE,
     SIDECAR_CONTAINER, SIDECAR_UPDATED_AT,
 };
 use pd_api::conditions::HasStatus;
@@ -85,6 +85,11 @@ pub struct ObservedPod {
     pub sidecar_probed: bool,
     /// When the operator last changed its sidecar's image in place.
     pub sidecar_updated_at: Option<jiff::Timestamp>,
+    /// How often the kubelet restarted the engine container in place (its `restartCount`; the
+    /// handshake sidecar's restarts are not counted: they leave the engine alone).
+    pub engine_restarts: u32,
+    /// How the engine container last ended (`exit code 137 (OOMKilled)`), once it restarted.
+    pub engine_last_exit: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +99,20 @@ pub struct GateCondition {
     pub message: String,
     /// The rank map the sidecar published with a passed handshake.
     pub rank_map: Option<Vec<pd_api::RankTargets>>,
+}
+
+/// The status of a pod's engine container, once the kubelet reported one.
+pub fn engine_status(status: &PodStatus) -> Option<&ContainerStatus> {
+    status.container_statuses.as_ref()?.iter().find(|c| c.name == ENGINE_CONTAINER)
+}
+
+/// How a container last ended, as `exit code N (Reason)`.
+fn last_exit(status: &ContainerStatus) -> Option<String> {
+    let t = status.last_state.as_ref()?.terminated.as_ref()?;
+    Some(match t.reason.as_deref() {
+        Some(reason) => format!("exit code {} ({reason})", t.exit_code),
+        None => format!("exit code {}", t.exit_code),
+    })
 }
 
 /// `pod`'s handshake sidecar container, if it has one.
@@ -148,6 +167,8 @@ impl ObservedPod {
             sidecar_image: sidecar_image(pod),
             sidecar_probed: sidecar(pod).is_some_and(|c| c.startup_probe.is_some()),
             sidecar_updated_at: pod.metadata.annotations.as_ref().and_then(|a| a.get(SIDECAR_UPDATED_AT)).and_then(|t| t.parse().ok()),
+            engine_restarts: status.and_then(engine_status).map_or(0, |c| u32::try_from(c.restart_count).unwrap_or(0)),
+            engine_last_exit: status.and_then(engine_status).and_then(last_exit),
             unschedulable: condition(POD_SCHEDULED)
                 .filter(|c| c.is_false() && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_default()),
@@ -186,6 +207,8 @@ impl ObservedPod {
             sidecar_image: None,
             sidecar_probed: false,
             sidecar_updated_at: None,
+            engine_restarts: 0,
+            engine_last_exit: None,
         }
     }
 
@@ -205,7 +228,8 @@ impl ObservedPod {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeleteReason {
     ScaleDown,
-    /// A pod failed or disappeared; a multi-node engine cannot survive a lost rank.
+    /// A pod failed or disappeared, or the engine of a multi-node instance restarted: a
+    /// multi-node engine cannot survive a lost or restarted rank.
     Recreate,
     Rollout,
 }
@@ -516,14 +540,27 @@ impl RolePlan<'_> {
     }
 }
 
-/// Why an instance must be recreated: a pod failed, or a rendered pod no longer exists.
+/// Why an instance must be recreated: a pod failed, a rendered pod no longer exists, or the
+/// engine container of a multi-node instance restarted in place. A restarted rank would try to
+/// join a torch.distributed group its peers, still waiting in the old one, never re-form: the
+/// instance hangs, so it is recreated whole. A single-node engine restarts in place.
 fn broken(want: &[Pod], have: &[ObservedPod]) -> Option<String> {
-    have.iter().find(|p| p.failed()).map(|p| format!("pod {} is {}", p.name, p.phase)).or_else(|| {
+    let failed = || have.iter().find(|p| p.failed()).map(|p| format!("pod {} is {}", p.name, p.phase));
+    let missing = || {
         want.iter()
             .filter_map(|p| p.metadata.name.as_deref())
             .find(|n| !have.iter().any(|p| p.name == *n))
             .map(|n| format!("pod {n} disappeared"))
-    })
+    };
+    let multi_node = want.len().max(have.len()) > 1;
+    let engine = || have.iter().find(|p| multi_node && p.engine_restarts > 0).map(restarted);
+    failed().or_else(missing).or_else(engine)
+}
+
+/// `pod {name}: container engine restarted (restartCount N, last exit code 137 (OOMKilled))`.
+fn restarted(p: &ObservedPod) -> String {
+    let exit = p.engine_last_exit.as_ref().map(|e| format!(", last {e}")).unwrap_or_default();
+    format!("pod {}: container {ENGINE_CONTAINER} restarted (restartCount {}{exit})", p.name, p.engine_restarts)
 }
 
 #[cfg(test)]
@@ -628,6 +665,60 @@ mod tests {
         let p = plan(&desired, &[], &[have(Role::Prefill, 0, 0, "r1"), have(Role::Decode, 0, 0, "r1")], &unavailable(1), now());
         assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
         assert!(p.deletes[0].why.contains("prefill-0-1 disappeared"), "{}", p.deletes[0].why);
+    }
+
+    /// A two-node prefill and a one-node decode, both running; node `node` of prefill 0 and the
+    /// decode's engine restarted `n` times in place.
+    fn restarted_in_place(node: u32, n: u32) -> (Vec<InstancePods>, Vec<ObservedPod>) {
+        let desired = vec![want(Role::Prefill, 0, 2, "r1"), want(Role::Decode, 0, 1, "r1")];
+        let mut observed = vec![have(Role::Prefill, 0, 0, "r1"), have(Role::Prefill, 0, 1, "r1"), have(Role::Decode, 0, 0, "r1")];
+        observed[node as usize].engine_restarts = n;
+        observed[node as usize].engine_last_exit = Some("exit code 137 (OOMKilled)".into());
+        observed[2].engine_restarts = n;
+        (desired, observed)
+    }
+
+    #[test]
+    fn an_engine_restart_in_a_multi_node_instance_recreates_it_whole() {
+        let (desired, observed) = restarted_in_place(1, 2);
+        let p = plan(&desired, &[], &observed, &unavailable(1), now());
+        assert_eq!(deletes(&p), vec![(Role::Prefill, 0, DeleteReason::Recreate)], "the one-node decode restarts in place");
+        assert_eq!(p.deletes[0].pods, vec!["prefill-0-0".to_owned(), "prefill-0-1".to_owned()], "every rank goes together");
+        assert_eq!(p.deletes[0].why, "pod prefill-0-1: container engine restarted (restartCount 2, last exit code 137 (OOMKilled))");
+        assert!(p.creates.is_empty(), "created whole on a later pass, once every rank is gone");
+        // The leader's restart counts the same.
+        let (desired, observed) = restarted_in_place(0, 1);
+        assert_eq!(deletes(&plan(&desired, &[], &observed, &unavailable(1), now())), vec![(Role::Prefill, 0, DeleteReason::Recreate)]);
+        // Recreated pods start at restartCount 0: nothing more to do.
+        let (desired, observed) = restarted_in_place(1, 0);
+        assert_eq!(plan(&desired, &[], &observed, &unavailable(1), now()), Plan::default());
+    }
+
+    #[test]
+    fn a_restart_of_the_handshake_sidecar_is_no_engine_restart() {
+        use k8s_openapi::api::core::v1::PodSpec;
+        let status = |name: &str, restarts: i32| ContainerStatus { name: name.into(), restart_count: restarts, ..Default::default() };
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("decode-0-1".into());
+        pod.metadata.labels = Some(
+            [(LABEL_ROLE, "decode"), (LABEL_INSTANCE, "0"), (LABEL_NODE_RANK, "1"), (LABEL_REVISION, "r1")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+        );
+        pod.spec = Some(PodSpec::default());
+        pod.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![status(ENGINE_CONTAINER, 0)]),
+            init_container_statuses: Some(vec![status(SIDECAR_CONTAINER, 3)]),
+            ..Default::default()
+        });
+        let sidecar_restarted = ObservedPod::from_pod(&pod).unwrap();
+        assert_eq!(sidecar_restarted.engine_restarts, 0, "the sidecar restarts harmlessly: the engine keeps its group");
+        let desired = vec![want(Role::Decode, 0, 2, "r1")];
+        let observed = vec![ObservedPod { name: "decode-0-0".into(), node: 0, ..sidecar_restarted.clone() }, sidecar_restarted];
+        assert!(plan(&desired, &[], &observed, &unavailable(1), now()).deletes.is_empty());
+        pod.status.as_mut().unwrap().container_statuses = Some(vec![status(ENGINE_CONTAINER, 1)]);
+        assert_eq!(ObservedPod::from_pod(&pod).unwrap().engine_restarts, 1);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct StatusInputs<'a> {
     pub router_ready: Option<i32>,
     /// Why an instance is being recreated right now, if one is.
     pub degraded: Option<String>,
+    /// Why an instance that spent its recovery budget is left down, if one is.
+    pub held: Option<String>,
+    /// The recreations that still count against each instance's budget (`recovery`).
+    pub recoveries: Vec<pd_api::InstanceRecovery>,
     /// The KV sets (`observed` holds the routed set's pods).
     pub kv_set: Option<pd_api::KvSetStatus>,
     /// The page size both roles run with (`Rendered::page_size`), once rendered.
@@ -285,6 +289,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         // this apply never owns it, so leaves it alone.
         autoscaling: None,
         model: inputs.model_fetch.as_ref().map(|f| f.status.clone()),
+        recoveries: inputs.recoveries.clone(),
     }
 }
 
@@ -382,9 +387,12 @@ fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount)
     }
 }
 
-/// `Degraded`: a role that served has no ready instance, an instance is being recreated, or the
-/// spec is invalid.
+/// `Degraded`: an instance spent its recovery budget and is left down, a role that served has no
+/// ready instance, an instance is being recreated, or the spec is invalid.
 fn degraded(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount) -> Condition {
+    if let Some(why) = &inputs.held {
+        return cond(DEGRADED, Some(true), crate::recovery::EXHAUSTED, why.clone());
+    }
     let lost = [(Role::Prefill, p), (Role::Decode, d)].into_iter().find(|(role, c)| role_lost(inputs.previous, *role, c));
     match (&inputs.degraded, lost) {
         (_, Some((role, _))) => cond(
@@ -531,6 +539,8 @@ mod tests {
             revisions: ("", ""),
             router_ready: None,
             degraded: None,
+            held: None,
+            recoveries: Vec::new(),
             kv_set: None,
             page_size: None,
             scaling: None,
@@ -642,6 +652,34 @@ mod tests {
         (prefill.role, prefill.ready, prefill.name) = (Role::Prefill, true, "x-prefill-0-0".into());
         let all = [decodes[0].clone(), decodes[1].clone(), prefill];
         assert_eq!(reason(&compute(&StatusInputs { previous: Some(&again), ..one_pod_instances(&pdd, &all) })), "AsExpected");
+    }
+
+    #[test]
+    fn an_instance_left_down_is_named_by_degraded_before_a_lost_role() {
+        let pdd = pdd();
+        let reason =
+            |s: &PDDeploymentStatus| s.conditions.iter().find(|c| c.type_ == DEGRADED).map(|c| (c.reason.clone(), c.message.clone()));
+        let held = "pod x-prefill-0-1 is Failed; prefill instance 0 is left down: recreated 5 times".to_owned();
+        let served = PDDeploymentStatus { prefill: RoleStatus { ready_replicas: 1, ..Default::default() }, ..Default::default() };
+        let entry = pd_api::InstanceRecovery {
+            role: pd_api::RoleName::Prefill,
+            instance: 0,
+            count: 5,
+            window_start: Time(jiff::Timestamp::UNIX_EPOCH),
+            last_at: Time(jiff::Timestamp::UNIX_EPOCH),
+            last_cause: "pod x-prefill-0-1 is Failed".into(),
+            observed_generation: None,
+        };
+        let inputs = StatusInputs {
+            held: Some(held.clone()),
+            recoveries: vec![entry.clone()],
+            previous: Some(&served),
+            ..one_pod_instances(&pdd, &[])
+        };
+        let status = compute(&inputs);
+        assert_eq!(reason(&status), Some((crate::recovery::EXHAUSTED.to_owned(), held)));
+        assert_eq!(status.recoveries, vec![entry]);
+        assert_eq!(serde_json::to_value(&status).unwrap()["recoveries"][0]["lastCause"], "pod x-prefill-0-1 is Failed");
     }
 
     #[test]

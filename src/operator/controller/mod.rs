@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -59,11 +59,6 @@ const STATUS_MAX_INTERVAL: Duration = Duration::from_secs(10);
 const STATUS_PER_BUSY_OBJECT: Duration = Duration::from_millis(20);
 /// How long a pod this process created is presumed to exist while the cache does not show it.
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
-const BACKOFF_BASE: Duration = Duration::from_secs(5);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// An instance not recreated for this long starts its backoff afresh (and its entry is dropped,
-/// so instances of deleted PDDeployments are not remembered for ever).
-const BACKOFF_FORGET: Duration = Duration::from_secs(900);
 /// Each watch retries after an error within these bounds (jittered, doubling).
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
@@ -158,8 +153,6 @@ pub struct Context {
     render_budget: tokio::sync::Semaphore,
     /// The budget's size, to take a share of it.
     max_rendered_pods: u32,
-    /// Recreations per instance (`ns/name/role/i`): attempts and when the last happened.
-    backoff: Mutex<HashMap<String, (u32, Instant)>>,
     /// The operator's children as the watches see them: reconciles read these, never LIST.
     stores: ChildStores,
     /// What this process last wrote to each PDDeployment's status, and when (`ns/name/uid`). It is
@@ -210,7 +203,6 @@ impl Context {
             max_pods: settings.max_pods,
             render_budget: tokio::sync::Semaphore::new(settings.max_rendered_pods as usize),
             max_rendered_pods: settings.max_rendered_pods,
-            backoff: Mutex::default(),
             stores,
             status_written: Mutex::default(),
             expected_pods: Mutex::default(),
@@ -323,23 +315,6 @@ impl Context {
             map.remove(&format!("{ns}/{pod}"));
         }
     }
-
-    /// How long an instance must still wait before it may be recreated again.
-    fn backoff_remaining(&self, key: &str) -> Option<Duration> {
-        let map = self.backoff.lock().ok()?;
-        let (attempts, last) = map.get(key).filter(|(_, last)| last.elapsed() < BACKOFF_FORGET)?;
-        let delay = BACKOFF_BASE.saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(BACKOFF_MAX);
-        delay.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
-    }
-
-    fn note_recreate(&self, key: String) -> u32 {
-        let mut map = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, (_, last)| last.elapsed() < BACKOFF_FORGET);
-        let e = map.entry(key).or_insert((0, Instant::now()));
-        e.0 += 1;
-        e.1 = Instant::now();
-        e.0
-    }
 }
 
 /// How long a progress-only status change should wait before it is written; `None`: write now.
@@ -363,7 +338,8 @@ fn status_delay(
 }
 
 /// Whether a status change must be written at once rather than coalesced with the progress
-/// writes: a new generation or KV set, the engine dry run's progress or verdict, a rank map entry changed or gone, anything turning bad,
+/// writes: a new generation or KV set, the engine dry run's progress or verdict, a recreation
+/// counted (or its window closed), a rank map entry changed or gone, anything turning bad,
 /// Ready turning True, or a rollout completing. Good news on the way (one role available, the
 /// other still starting, one more decode's rank map) waits: the last of it comes with Ready.
 fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStatus) -> bool {
@@ -373,6 +349,11 @@ fn urgent(previous: &pd_api::PDDeploymentStatus, next: &pd_api::PDDeploymentStat
     // The dry run's verdict is the gate's memory: a pass that reads it deletes the dry-run pod, so
     // a verdict not written at once would send the next pass to run the dry run again.
     if previous.engine_verification != next.engine_verification {
+        return true;
+    }
+    // The recreations counted are the recovery budget's memory: one not written would be
+    // counted again by no one, and a restarted controller would find the budget unspent.
+    if previous.recoveries != next.recoveries {
         return true;
     }
     if previous.rank_map.iter().any(|m| !next.rank_map.contains(m)) {
@@ -498,9 +479,10 @@ fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDe
 }
 
 /// What reconciles read of a pod (see `ObservedPod::from_pod`): identity and ownership, the
-/// deployment label and the labels, annotations, phase and conditions the planner reads, and the
-/// address the autoscaling planner scrapes. The spec, container statuses, other labels and the
-/// conditions' other timestamps are most of a pod's memory, and the cache holds every pod.
+/// deployment label and the labels, annotations, phase and conditions the planner reads, the
+/// engine container's restart count and last exit, and the address the autoscaling planner
+/// scrapes. The spec, the other container statuses, other labels and the conditions' other
+/// timestamps are most of a pod's memory, and the cache holds every pod.
 pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the sidecar's image and whether it has a startup probe
     // (`ObservedPod::sidecar_image`, `sidecar_probed`).
@@ -527,9 +509,32 @@ pub(crate) fn slim_pod(p: &mut Pod) {
             // lastTransitionTime stays: the planner's minReadySeconds counts from Ready's.
             (c.last_probe_time, c.observed_generation) = (None, None);
         }
+        // The engine's restarts: a multi-node instance whose engine restarted is recreated whole.
+        let engine = plan::engine_status(s).map(slim_container_status);
         // The pod's address: where the planner scrapes an engine without a Prometheus.
         let (phase, pod_ip) = (s.phase.take(), s.pod_ip.take());
-        *s = k8s_openapi::api::core::v1::PodStatus { phase, pod_ip, conditions: Some(conditions), ..Default::default() };
+        *s = k8s_openapi::api::core::v1::PodStatus {
+            phase,
+            pod_ip,
+            conditions: Some(conditions),
+            container_statuses: engine.map(|c| vec![c]),
+            ..Default::default()
+        };
+    }
+}
+
+/// Of a container's status, what `ObservedPod` reads: its name, restart count and last exit.
+fn slim_container_status(c: &ContainerStatus) -> ContainerStatus {
+    let terminated = c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| ContainerStateTerminated {
+        exit_code: t.exit_code,
+        reason: t.reason.clone(),
+        ..Default::default()
+    });
+    ContainerStatus {
+        name: c.name.clone(),
+        restart_count: c.restart_count,
+        last_state: terminated.map(|t| ContainerState { terminated: Some(t), ..Default::default() }),
+        ..Default::default()
     }
 }
 
@@ -892,7 +897,22 @@ mod tests {
                 condition("Ready", "True", "Ready"),
                 condition(pd_core::handshake::HANDSHAKE_CONDITION, "False", "PageSizeMismatch"),
             ]),
-            container_statuses: Some(vec![Default::default()]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: pd_core::render::ENGINE_CONTAINER.into(),
+                image: "lmsysorg/sglang:v0.5.23".into(),
+                restart_count: 2,
+                last_state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 137,
+                        reason: Some("OOMKilled".into()),
+                        message: Some("x".repeat(4096)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            init_container_statuses: Some(vec![ContainerStatus { name: SIDECAR_CONTAINER.into(), restart_count: 5, ..Default::default() }]),
             ..Default::default()
         });
         let mut slim = pod.clone();
@@ -901,6 +921,7 @@ mod tests {
         assert_eq!(plan::ObservedPod::from_pod(&slim), Some(observed.clone()));
         assert!(observed.ready && observed.unschedulable.is_some() && observed.draining_since.is_some(), "{observed:?}");
         assert!(observed.handshake.as_ref().is_some_and(|h| !h.passed && h.rank_map.is_some()), "{observed:?}");
+        assert_eq!((observed.engine_restarts, observed.engine_last_exit.as_deref()), (2, Some("exit code 137 (OOMKilled)")));
         assert_eq!(slim.metadata.labels.as_ref().unwrap()[LABEL_DEPLOYMENT], "p", "children are found by it");
         assert_eq!((&slim.metadata.owner_references, &slim.metadata.uid), (&pod.metadata.owner_references, &pod.metadata.uid));
         let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();

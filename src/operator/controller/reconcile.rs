@@ -15,6 +15,7 @@ use kube::runtime::events::EventType;
 use tracing::{Instrument, info, info_span, warn};
 
 use pd_core::plan::{self, DeleteReason, ObservedPod, Plan};
+use pd_core::recovery::{self, Verdict};
 use pd_core::scaling::{self, Scaled};
 use pd_core::sets::{self, Decision};
 use pd_core::sidecar;
@@ -92,7 +93,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
             pass.apply_plan(&plan).await?
         } else {
             let requeue = if fetched { gate.requeue } else { Some(model_fetch::POLL) };
-            Outcome { requeue: requeue.unwrap_or(ctx.resync), degraded: None }
+            pass.outcome(requeue.unwrap_or(ctx.resync))
         };
         let outcome = Outcome { requeue: next_plan.map_or(outcome.requeue, |next| outcome.requeue.min(next)), ..outcome };
         pass.report(router_ready, outcome, (sets, &intent, &scaled), rendered.page_size, gate.verification).await
@@ -171,7 +172,12 @@ struct Pass<'a> {
 /// What applying the plan left to report.
 struct Outcome {
     requeue: Duration,
+    /// Why an instance is being recreated (or waits out its backoff).
     degraded: Option<String>,
+    /// Why an instance that spent its recovery budget is left down.
+    held: Option<String>,
+    /// The recreations that count against each instance's budget, this pass's included.
+    recoveries: Vec<pd_api::InstanceRecovery>,
 }
 
 impl<'a> Pass<'a> {
@@ -224,6 +230,21 @@ impl<'a> Pass<'a> {
         })
     }
 
+    /// `spec.recovery` for this generation of the spec.
+    fn budget(&self) -> recovery::Budget {
+        recovery::Budget::of(&self.pdd.spec.recovery, self.pdd.metadata.generation)
+    }
+
+    /// The recreations of the known status that still count.
+    fn recoveries(&self) -> Vec<pd_api::InstanceRecovery> {
+        self.known.as_ref().map(|s| self.budget().current(&s.recoveries, self.now.0)).unwrap_or_default()
+    }
+
+    /// An outcome with nothing applied: requeue after `requeue`, the recoveries as they were.
+    fn outcome(&self, requeue: Duration) -> Outcome {
+        Outcome { requeue, degraded: None, held: None, recoveries: self.recoveries() }
+    }
+
     fn status_inputs<'s>(&'s self, validation: Result<(), String>, revisions: (&'s str, &'s str)) -> status::StatusInputs<'s> {
         status::StatusInputs {
             pdd: self.pdd,
@@ -234,6 +255,8 @@ impl<'a> Pass<'a> {
             revisions,
             router_ready: None,
             degraded: None,
+            held: None,
+            recoveries: self.recoveries(),
             kv_set: None,
             page_size: None,
             scaling: None,
@@ -329,9 +352,10 @@ impl<'a> Pass<'a> {
         Ok(self.pdd.spec.router.enabled.then(|| self.router_deployment().and_then(|d| d.status.as_ref()?.ready_replicas).unwrap_or(0)))
     }
 
-    /// Deletes what the plan retires (recreations under backoff), then creates every missing pod.
+    /// Deletes what the plan retires (recreations within their budget and past their backoff),
+    /// then creates every missing pod.
     async fn apply_plan(&self, plan: &Plan) -> Result<Outcome, Error> {
-        let mut outcome = Outcome { requeue: self.ctx.resync, degraded: None };
+        let mut outcome = self.outcome(self.ctx.resync);
         for d in &plan.drains {
             self.drain(d).await?;
         }
@@ -379,7 +403,8 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
-    /// Publishes the Event of one planned delete; false when a recreation must wait out its backoff.
+    /// Publishes the Event of one planned delete; false when a recreation waits out its backoff
+    /// or the instance spent its recovery budget (`pd_core::recovery`).
     async fn announce_delete(&self, d: &plan::InstanceDelete, outcome: &mut Outcome) -> bool {
         let (ctx, pdd) = (self.ctx, self.pdd);
         if d.reason != DeleteReason::Recreate {
@@ -390,17 +415,47 @@ impl<'a> Pass<'a> {
             ctx.event(pdd, EventType::Normal, reason, action, d.why.clone()).await;
             return true;
         }
-        let key = format!("{}/{}/{}/{}", self.ns, self.name, d.role.as_str(), d.instance);
-        if let Some(wait) = ctx.backoff_remaining(&key) {
-            outcome.degraded = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
-            outcome.requeue = outcome.requeue.min(wait + Duration::from_millis(100));
-            return false;
+        let (budget, now) = (self.budget(), self.now.0);
+        match budget.decide(&outcome.recoveries, d.role, d.instance, now) {
+            Verdict::Backoff(wait) => {
+                outcome.degraded = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
+                outcome.requeue = outcome.requeue.min(Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100));
+                false
+            }
+            Verdict::Exhausted(until) => {
+                self.hold(d, until, outcome).await;
+                false
+            }
+            Verdict::Recreate => {
+                let count = budget.record(&mut outcome.recoveries, d.role, d.instance, &d.why, now);
+                outcome.degraded = Some(d.why.clone());
+                let (role, i, window) = (d.role.as_str(), d.instance, budget.window.as_secs());
+                let note = format!("{}: recreating {role} instance {i} whole (recreation {count} of {} in {window}s)", d.why, budget.max);
+                ctx.event(pdd, EventType::Warning, "InstanceRecreated", "Recreate", note).await;
+                true
+            }
         }
-        let attempt = ctx.note_recreate(key);
-        outcome.degraded = Some(d.why.clone());
-        let note = format!("{}: recreating {} instance {} (attempt {attempt})", d.why, d.role.as_str(), d.instance);
-        ctx.event(pdd, EventType::Warning, "InstanceRecreated", "Recreate", note).await;
-        true
+    }
+
+    /// Leaves an instance that spent its recovery budget down: `Degraded` names it, one Event
+    /// says so, and a pass comes back when its window closes.
+    async fn hold(&self, d: &plan::InstanceDelete, until: Option<jiff::Timestamp>, outcome: &mut Outcome) {
+        let now = self.now.0;
+        let message = self.budget().exhausted_message(&outcome.recoveries, d.role, d.instance, &d.why, now);
+        if let Some(until) = until {
+            let left = Duration::try_from(until.duration_since(now)).unwrap_or_default();
+            outcome.requeue = outcome.requeue.min(left + Duration::from_millis(100));
+        }
+        let named = recovery::left_down(d.role, d.instance);
+        let conditions = self.known.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let told = conditions.iter().any(|c| c.type_ == status::DEGRADED && c.reason == recovery::EXHAUSTED && c.message.contains(&named));
+        if !told {
+            self.ctx.event(self.pdd, EventType::Warning, recovery::EXHAUSTED, "Recreate", message.clone()).await;
+        }
+        outcome.held = Some(match outcome.held.take() {
+            Some(before) => format!("{before}; {message}"),
+            None => message,
+        });
     }
 
     /// Takes an instance out of the router's pool (`serving=false`) and notes when, so it is
@@ -492,6 +547,8 @@ impl<'a> Pass<'a> {
         let inputs = status::StatusInputs {
             router_ready,
             degraded: outcome.degraded,
+            held: outcome.held,
+            recoveries: outcome.recoveries,
             observed: &routed,
             kv_set: Some(sets.status),
             page_size: Some(page_size),
