@@ -73,12 +73,12 @@ fn is_ready(v: &Value) -> bool {
 /// Engine pods present (scheduled, not finished) in `ns` now, prefill and decode: each holds its
 /// GPU (the router's pod holds none); and the decode pods Ready (serving through the router).
 fn engine_pods(ns: &str) -> [u64; 3] {
-    let selector = format!("{} in (prefill,decode)", pd_core::render::LABEL_ROLE);
+    let selector = format!("{} in (prefill,decode)", pd_api::labels::LABEL_ROLE);
     let o = cluster().kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     let items = v["items"].as_array().cloned().unwrap_or_default();
     let holds = |p: &&Value| p["spec"]["nodeName"].is_string() && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
-    let role = |p: &&Value, r: &str| p["metadata"]["labels"][pd_core::render::LABEL_ROLE] == r;
+    let role = |p: &&Value, r: &str| p["metadata"]["labels"][pd_api::labels::LABEL_ROLE] == r;
     let held: Vec<&Value> = items.iter().filter(holds).collect();
     let count = |f: &dyn Fn(&&Value) -> bool| held.iter().filter(|p| f(p)).count() as u64;
     [count(&|p| role(p, "prefill")), count(&|p| role(p, "decode")), count(&|p| role(p, "decode") && is_ready(p))]

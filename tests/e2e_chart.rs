@@ -151,7 +151,7 @@ fn chart_lints_and_templates_with_default_and_custom_values() {
     assert!(y.contains("replicas: 2") && y.contains("--leader-elect=true") && y.contains("name: rel-pd-operator-webhook"));
     assert!(y.contains("readOnlyRootFilesystem: true") && y.contains("runAsNonRoot: true") && y.contains("drop: [ALL]"));
     // The engines' NetworkPolicy lets the operator's own scrape in by this label.
-    let label = format!("{}: {}", pd_core::render::LABEL_COMPONENT, pd_core::render::OPERATOR_COMPONENT);
+    let label = format!("{}: {}", pd_api::labels::LABEL_COMPONENT, pd_api::labels::OPERATOR_COMPONENT);
     assert!(y.contains(&label), "the operator's pods lack {label}");
     let o = c.helm(&[
         "template",

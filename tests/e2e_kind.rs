@@ -1318,7 +1318,7 @@ fn a_hub_source_is_fetched_once_for_every_engine_pod_and_serves_through_the_rout
             p["spec"]["volumes"].as_array().unwrap().iter().filter(|v| v["persistentVolumeClaim"].is_object()).collect();
         assert_eq!(claims.len(), 1, "{}", p["spec"]["volumes"]);
         assert_eq!(claims[0]["persistentVolumeClaim"], json!({"claimName": "weights", "readOnly": true}));
-        let engine = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == pd_core::render::ENGINE_CONTAINER).unwrap();
+        let engine = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == pd_core::names::ENGINE_CONTAINER).unwrap();
         assert!(engine.to_string().contains(&format!("\"--model-path\",\"{model_path}\"")), "{engine}");
     }
 
@@ -1405,7 +1405,7 @@ fn a_pvc_and_an_image_volume_source_are_read_and_serve_through_the_router() {
         assert_eq!(engines.len(), 2, "{name}: one prefill and one decode pod");
         for p in &engines {
             let pod = p["metadata"]["name"].as_str().unwrap();
-            let logs = cluster().kubectl(&["logs", "-n", &ns.name, pod, "-c", pd_core::render::ENGINE_CONTAINER]);
+            let logs = cluster().kubectl(&["logs", "-n", &ns.name, pod, "-c", pd_core::names::ENGINE_CONTAINER]);
             let logs = text(&logs);
             let read = logs.lines().find(|l| l.contains("model directory read")).unwrap_or_else(|| panic!("{pod}: {logs}"));
             assert!(read.contains("DeepseekV3ForCausalLM") && read.contains("model-00001-of-00001.safetensors"), "{pod}: {read}");

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 mod autoscaling;
 pub mod conditions;
+pub mod labels;
 pub mod limits;
 mod recovery;
 mod scaling;

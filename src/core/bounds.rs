@@ -10,7 +10,7 @@ use pd_api::limits::{
 };
 use pd_api::{PDDeploymentSpec, Role};
 
-use crate::validate::Finding;
+use crate::findings::Finding;
 
 /// The operator's default `--max-pods-per-deployment`.
 pub const DEFAULT_MAX_PODS_PER_DEPLOYMENT: u32 = 512;

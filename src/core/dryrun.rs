@@ -6,21 +6,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, Pod, PodSpec, ResourceRequirements,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, Pod, PodSpec, ResourceRequirements,
     SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::render::{self, InstancePods};
+use crate::names::shim_config_name;
+use crate::pod::Phase;
+use crate::render::{self, InstancePods, SHIM_KEY};
 use pd_api::conditions::HasStatus;
 use pd_api::{DryRunPolicy, EngineVerification, PDDeployment, Role};
 
-/// The shim the dry-run pod runs, shipped in the `shim_config_map`.
-pub const SHIM: &str = include_str!("dryrun/shim.py");
-const SHIM_KEY: &str = "shim.py";
 const SHIM_DIR: &str = "/pd-dry-run";
 const MODEL_DIR: &str = "/pd-dry-run-model";
 /// The one writable directory of the dry-run container (its root file system is read-only):
@@ -54,21 +52,6 @@ pub enum DryRunError {
     Serialize(String),
     #[error("the PDDeployment has no name")]
     NoName,
-}
-
-/// The shim's ConfigMap name.
-pub fn shim_config_name(name: &str) -> String {
-    format!("{name}-dry-run-shim")
-}
-
-/// The shim's ConfigMap (one per PDDeployment, rendered with its other children).
-pub fn shim_config_map(name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> ConfigMap {
-    let mut cm = ConfigMap { data: Some(BTreeMap::from([(SHIM_KEY.into(), SHIM.into())])), ..Default::default() };
-    cm.metadata.name = Some(shim_config_name(name));
-    cm.metadata.namespace = Some(ns.into());
-    cm.metadata.labels = Some(render::common_labels(name, DRY_RUN_ROLE));
-    cm.metadata.owner_references.clone_from(owners);
-    cm
 }
 
 /// One engine process as the shim gets it.
@@ -107,7 +90,7 @@ fn processes(pdd: &PDDeployment, instances: &[InstancePods]) -> (Vec<Process>, V
     for inst in instances.iter().filter(|i| i.index == 0) {
         let profile = pdd.spec.role(inst.role).accelerator.unwrap_or_default().as_str().to_owned();
         for (node, pod) in (0u32..).zip(&inst.pods) {
-            let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == render::ENGINE_CONTAINER)) else {
+            let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == crate::names::ENGINE_CONTAINER)) else {
                 continue;
             };
             let (mut env, mut names) = (Vec::new(), Vec::new());
@@ -143,12 +126,13 @@ pub fn dry_run(pdd: &PDDeployment, instances: &[InstancePods], opts: &render::Re
         return Ok(None);
     }
     // The spec's configMapRef, or the config.json the operator keeps for a Hub source.
-    let config = crate::hub::config_ref(name, &spec.model);
+    let config = crate::model_read::config_ref(name, &spec.model);
     let config = config.as_ref();
     let input = Input { model_config_dir: config.map(|_| MODEL_DIR.to_owned()), processes };
     let input_json = serde_json::to_string(&input).map_err(|e| DryRunError::Serialize(e.to_string()))?;
     let image = render::engine_image(spec, opts);
-    let key = render::short_hash(&serde_json::json!({"image": image, "input": input_json, "config": config, "source": spec.model.source}));
+    let key =
+        crate::names::short_hash(&serde_json::json!({"image": image, "input": input_json, "config": config, "source": spec.model.source}));
     let mut env = vec![EnvVar { name: INPUT_ENV.into(), value: Some(input_json), ..Default::default() }];
     env.extend(["HOME", "TMPDIR"].map(|n| EnvVar { name: n.into(), value: Some(SCRATCH_DIR.into()), ..Default::default() }));
     env.extend(from_pod);
@@ -230,25 +214,20 @@ pub fn security_context(template: Option<&SecurityContext>) -> SecurityContext {
     }
 }
 
-/// The NetworkPolicy of PDDeployment `name`'s dry-run pods (`render::netpol`).
-pub fn policy_name(name: &str) -> String {
-    format!("{name}-dry-run")
-}
-
 /// The dry-run pod's name for a key.
 pub fn pod_name(name: &str, key: &str) -> String {
     format!("{name}-dry-run-{key}")
 }
 
-/// The dry-run pod: beside the engines, where their image is cached (`render::beside_engines`).
+/// The dry-run pod: beside the engines, where their image is cached (`crate::pod::beside_engines`).
 fn pod(pdd: &PDDeployment, at: (&str, &str), key: &str, container: Container, volumes: Vec<Volume>) -> Pod {
     let (name, ns) = at;
     let mut pod = Pod::default();
     pod.metadata.name = Some(pod_name(name, key));
     pod.metadata.namespace = Some(ns.into());
-    pod.metadata.labels = Some(render::common_labels(name, DRY_RUN_ROLE));
-    pod.metadata.owner_references = render::owner_refs(pdd);
-    let (annotations, spec) = render::beside_engines(pdd);
+    pod.metadata.labels = Some(crate::names::common_labels(name, DRY_RUN_ROLE));
+    pod.metadata.owner_references = crate::names::owner_refs(pdd);
+    let (annotations, spec) = crate::pod::beside_engines(pdd);
     pod.metadata.annotations = annotations;
     pod.spec = Some(PodSpec {
         restart_policy: Some("Never".into()),
@@ -403,7 +382,7 @@ pub fn read(pod: &Pod, key: &str, now: i64) -> Reading {
             }
         };
     }
-    if crate::plan::Phase::of(status.phase.as_deref()) == crate::plan::Phase::Failed {
+    if Phase::of(status.phase.as_deref()) == Phase::Failed {
         let why = status.reason.clone().unwrap_or_default();
         return done(NO_VERDICT, format!("the dry-run pod {name} failed: {why} {}", status.message.clone().unwrap_or_default()), None);
     }
@@ -514,7 +493,7 @@ spec:
         assert_eq!(spec.node_selector.as_ref().unwrap()["pool"], "gpu");
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.active_deadline_seconds, Some(DEADLINE_SECONDS));
-        assert_eq!(run.pod.metadata.labels.as_ref().unwrap()[render::LABEL_ROLE], DRY_RUN_ROLE);
+        assert_eq!(run.pod.metadata.labels.as_ref().unwrap()[pd_api::labels::LABEL_ROLE], DRY_RUN_ROLE);
         let input: serde_json::Value = serde_json::from_str(c.env.as_ref().unwrap()[0].value.as_ref().unwrap()).unwrap();
         // One process per pod of each role's first instance, with the argv the engine gets.
         let procs = input["processes"].as_array().unwrap();
@@ -535,8 +514,12 @@ spec:
         let run = run_of(&p).unwrap();
         let spec = run.pod.spec.as_ref().unwrap();
         let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "model-config").unwrap();
-        assert_eq!(volume.config_map.as_ref().unwrap().name, crate::hub::config_map_name("qwen"), "the kept copy the reader Job made");
-        assert!(spec.volumes.as_ref().unwrap().iter().all(|v| v.name != render::model_source::MODEL_VOLUME), "no weights mounted");
+        assert_eq!(
+            volume.config_map.as_ref().unwrap().name,
+            crate::model_read::config_map_name("qwen"),
+            "the kept copy the reader Job made"
+        );
+        assert!(spec.volumes.as_ref().unwrap().iter().all(|v| v.name != crate::names::MODEL_VOLUME), "no weights mounted");
         let other = pdd(&SPEC.replace("configMapRef: {name: qwen-config}", "source: {pvc: {claimName: other, path: qwen3}}"));
         assert_ne!(run.key, run_of(&other).unwrap().key, "other weights, another verdict");
     }
@@ -547,7 +530,7 @@ spec:
         let run = run_of(&p).unwrap();
         let spec = run.pod.spec.as_ref().unwrap();
         let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "model-config").unwrap();
-        assert_eq!(volume.config_map.as_ref().unwrap().name, crate::hub::config_map_name(p.metadata.name.as_deref().unwrap()));
+        assert_eq!(volume.config_map.as_ref().unwrap().name, crate::model_read::config_map_name(p.metadata.name.as_deref().unwrap()));
         let input: serde_json::Value = serde_json::from_str(spec.containers[0].env.as_ref().unwrap()[0].value.as_ref().unwrap()).unwrap();
         assert_eq!(input["modelConfigDir"], MODEL_DIR);
     }

@@ -29,7 +29,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;
 use url::{Host, Url};
 
-use crate::validate::Finding;
+use crate::findings::Finding;
 use pd_api::PDDeploymentSpec;
 
 /// The Hub endpoints allowed unless the platform says otherwise (huggingface_hub's default).

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 
-use crate::{hub, render};
-use pd_api::conditions::HasStatus;
+use crate::hub::{self, revision};
+use crate::pod::{job_condition, termination_message};
 use pd_api::{HuggingFaceSource, ModelCache, ModelFetchStatus, ModelSpec};
 
 /// `pd.inference.dev/role` of the fetch Job, its pod and its RBAC.
@@ -55,11 +55,6 @@ pub fn cached(model: &ModelSpec) -> Option<Cached<'_>> {
     Some(Cached { hf, cache: hf.cache.as_ref()? })
 }
 
-/// The revision fetched: the source's, else `model.revision`, else `main`.
-pub fn revision(model: &ModelSpec) -> String {
-    render::model_source::requested_revision(model).unwrap_or_else(|| "main".into())
-}
-
 /// The model's directory inside the cache volume: `<repo>/<revision>` (a `/` of the revision,
 /// as in `refs/pr/1`, becomes `--`), so one claim holds many models and revisions.
 pub fn cache_dir(model: &ModelSpec) -> Option<String> {
@@ -75,7 +70,7 @@ pub fn claim_name(name: &str, model: &ModelSpec) -> Option<String> {
     if let Some(claim) = &c.cache.claim_name {
         return Some(claim.clone());
     }
-    let hash = render::short_hash(&serde_json::json!({"class": c.cache.storage_class_name, "size": c.cache.size}));
+    let hash = crate::names::short_hash(&serde_json::json!({"class": c.cache.storage_class_name, "size": c.cache.size}));
     Some(format!("{name}-model-cache-{hash}"))
 }
 
@@ -85,7 +80,7 @@ pub fn claim_name(name: &str, model: &ModelSpec) -> Option<String> {
 /// others read it (a Job's pod template cannot change: a new revision is a new Job).
 pub fn job_name(name: &str, model: &ModelSpec) -> Option<String> {
     let c = cached(model)?;
-    let hash = render::short_hash(&serde_json::json!({
+    let hash = crate::names::short_hash(&serde_json::json!({
         "endpoint": hub::endpoint(c.hf), "repo": c.hf.repo, "revision": revision(model),
         "claim": claim_name(name, model), "token": c.hf.token_secret_ref,
     }));
@@ -145,7 +140,7 @@ fn meta(name: String, ns: &str, pdd: &str, owners: &Option<Vec<OwnerReference>>)
     ObjectMeta {
         name: Some(name),
         namespace: Some(ns.to_owned()),
-        labels: Some(render::common_labels(pdd, ROLE)),
+        labels: Some(crate::names::common_labels(pdd, ROLE)),
         owner_references: owners.clone(),
         ..Default::default()
     }
@@ -244,7 +239,7 @@ fn fetch_pod(c: Cached<'_>, model: &ModelSpec, names: Names<'_>, image: &str) ->
         }),
         volume_mounts: Some(vec![VolumeMount { name: "cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() }]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(render::restricted_security_context()),
+        security_context: Some(crate::pod::restricted_security_context()),
         ..Default::default()
     };
     let volume = Volume {
@@ -253,7 +248,7 @@ fn fetch_pod(c: Cached<'_>, model: &ModelSpec, names: Names<'_>, image: &str) ->
         ..Default::default()
     };
     PodTemplateSpec {
-        metadata: Some(ObjectMeta { labels: Some(render::common_labels(name, ROLE)), ..Default::default() }),
+        metadata: Some(ObjectMeta { labels: Some(crate::names::common_labels(name, ROLE)), ..Default::default() }),
         spec: Some(PodSpec {
             restart_policy: Some("Never".into()),
             service_account_name: Some(rbac_name(name)),
@@ -264,7 +259,7 @@ fn fetch_pod(c: Cached<'_>, model: &ModelSpec, names: Names<'_>, image: &str) ->
             // The fetch runs as the image's user: a new volume's root directory belongs to root,
             // so the volume is given its group (where its type supports ownership).
             security_context: Some(PodSecurityContext {
-                fs_group: Some(render::OPERATOR_UID),
+                fs_group: Some(crate::pod::OPERATOR_UID),
                 fs_group_change_policy: Some("OnRootMismatch".into()),
                 ..Default::default()
             }),
@@ -288,12 +283,6 @@ pub fn job_progress(job: &Job) -> Option<Progress> {
     job.metadata.annotations.as_ref()?.get(PROGRESS_ANNOTATION).and_then(|t| Progress::parse(t))
 }
 
-/// A Job condition of `type_` that is True: its message.
-pub(crate) fn job_condition(job: &Job, type_: &str) -> Option<String> {
-    let conditions = job.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|c| c.type_ == type_ && c.is_true()).map(|c| c.message.clone().unwrap_or_default())
-}
-
 /// Whether a Job ended (Complete or Failed): its pods' messages are final.
 pub fn job_ended(job: &Job) -> bool {
     job_condition(job, "Complete").is_some() || job_condition(job, "Failed").is_some()
@@ -308,21 +297,6 @@ pub fn needs_final_progress(job: &Job) -> bool {
 /// The final report of the newest of the Job's pods that ended with one.
 pub fn final_progress(pods: &[Pod]) -> Option<Progress> {
     termination_message(pods, CONTAINER, Progress::parse)
-}
-
-/// The termination message of `container`, as `parse` reads it, in the newest of `pods` that ended
-/// with one `parse` accepts.
-pub(crate) fn termination_message<'a, T>(pods: &'a [Pod], container: &str, parse: impl Fn(&'a str) -> Option<T>) -> Option<T> {
-    let mut ended: Vec<(&Pod, T)> = pods
-        .iter()
-        .filter_map(|p| {
-            let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
-            let t = statuses.iter().find(|c| c.name == container)?.state.as_ref()?.terminated.as_ref()?;
-            Some((p, parse(t.message.as_deref().filter(|m| !m.trim().is_empty())?)?))
-        })
-        .collect();
-    ended.sort_by_key(|(p, _)| p.metadata.creation_timestamp.clone().map(|t| t.0));
-    ended.pop().map(|(_, message)| message)
 }
 
 /// `status.model` and `ModelReady` of Job `job_name` of `model`, `job` as the cache shows it.

@@ -5,22 +5,31 @@
 //! mounted read-only where the engines mount it, a Hub source's token given to that pod alone
 //! from the Secret `tokenSecretRef` names), the termination message that carries the file back,
 //! and what the Job's state means. The controller keeps what it read in an owned ConfigMap
-//! (`hub::config_map`); neither it nor the admission webhook reads a Secret or the Hub itself,
+//! (`config_map`); neither it nor the admission webhook reads a Secret or the Hub itself,
 //! so a PDDeployment makes the operator read nothing its own namespace could not.
 //! docs/model-cache.md.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
+use std::time::Duration;
 
 use base64::Engine;
 use flate2::{Compression, read::GzDecoder, write::GzEncoder};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, Pod, PodTemplateSpec, ResourceRequirements, SecretKeySelector};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVar, EnvVarSource, Pod, PodTemplateSpec, ResourceRequirements, SecretKeySelector,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::hub::{CONFIG_FILE, HubRequest};
-use crate::render::{self, model_source};
-use pd_api::{ModelSpec, PDDeployment};
+use crate::model::HfConfig;
+use crate::model_source;
+use crate::names::{common_labels, owner_refs, short_hash};
+use crate::pod::{beside_engines, restricted_security_context};
+use pd_api::labels::MODEL_CONFIG_URL_ANNOTATION;
+use pd_api::{ConfigMapKeyRef, ModelSpec, PDDeployment};
+use thiserror::Error;
 
 /// `pd.inference.dev/role` of the reading Job and its pod.
 pub const ROLE: &str = "model-read";
@@ -117,7 +126,7 @@ pub fn job_name(name: &str, model: &ModelSpec) -> Option<String> {
         ReadFrom::File(file) => file,
         ReadFrom::Hub(req) => &req.url,
     };
-    let hash = render::short_hash(&serde_json::json!({"source": model.source, "file": target}));
+    let hash = short_hash(&serde_json::json!({"source": model.source, "file": target}));
     Some(format!("{name}-{ROLE}-{hash}"))
 }
 
@@ -133,7 +142,7 @@ fn resources() -> ResourceRequirements {
 }
 
 /// The Job reading `model`'s config.json: one short CPU pod beside the engines
-/// (`render::beside_engines`: no service account token), under the `restricted` security
+/// (`crate::pod::beside_engines`: no service account token), under the `restricted` security
 /// context, mounting a mounted source as the engines do or given a Hub source's token, reporting
 /// the file in its termination message.
 pub fn job(pdd: &PDDeployment, image: &str) -> Option<Job> {
@@ -156,19 +165,19 @@ pub fn job(pdd: &PDDeployment, image: &str) -> Option<Job> {
         resources: Some(resources()),
         volume_mounts: mounted.as_ref().map(|(_, mount)| vec![mount.clone()]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(render::restricted_security_context()),
+        security_context: Some(restricted_security_context()),
         ..Default::default()
     };
-    let (annotations, mut spec) = render::beside_engines(pdd);
+    let (annotations, mut spec) = beside_engines(pdd);
     spec.automount_service_account_token = Some(false);
     spec.containers = vec![container];
     spec.volumes = mounted.map(|(volume, _)| vec![volume]);
-    let labels = render::common_labels(name, ROLE);
+    let labels = common_labels(name, ROLE);
     let meta = |name: String| ObjectMeta {
         name: Some(name),
         namespace: pdd.metadata.namespace.clone(),
         labels: Some(labels.clone()),
-        owner_references: render::owner_refs(pdd),
+        owner_references: owner_refs(pdd),
         ..Default::default()
     };
     let template = PodTemplateSpec {
@@ -263,22 +272,125 @@ pub fn state(read: &SourceRead, job_name: &str, job: Option<&Job>, pods: &[Pod])
     let Some(job) = job else {
         return ReadState::Reading(format!("creating Job {job_name} to read {origin}; no engine pod until it is read"));
     };
-    let message = crate::model_fetch::termination_message(pods, CONTAINER, Some);
+    let message = crate::pod::termination_message(pods, CONTAINER, Some);
     let retry = format!("Job {job_name}; it is read again when the Job is deleted, {TTL_SECONDS} s after it ended, or at once by you");
     let failed =
         |e: ReadError, fix: &str| ReadState::Failed(ReadError { message: format!("reading {origin}: {} ({fix}{retry})", e.message), ..e });
-    if crate::model_fetch::job_condition(job, "Complete").is_some() {
+    if crate::pod::job_condition(job, "Complete").is_some() {
         return match message.map(decode) {
             Some(Ok(text)) => ReadState::Read(text),
             Some(Err(e)) => failed(e, ""),
             None => failed(ReadError::not_read("the reading pod ended without a message".into()), ""),
         };
     }
-    if let Some(why) = crate::model_fetch::job_condition(job, "Failed") {
+    if let Some(why) = crate::pod::job_condition(job, "Failed") {
         let error = message.and_then(|m| decode(m).err()).unwrap_or_else(|| ReadError::not_read(why));
         return failed(error, "fix the source; ");
     }
     ReadState::Reading(format!("reading {origin} with Job {job_name}; no engine pod until it is read"))
+}
+
+/// The condition reporting whether the source's config.json was read.
+pub const CONDITION: &str = "ModelConfigResolved";
+/// `pd.inference.dev/role` of the kept ConfigMap.
+pub const KEPT_ROLE: &str = "model-config";
+
+/// The kept ConfigMap's name.
+pub fn config_map_name(name: &str) -> String {
+    format!("{name}-model-config")
+}
+
+/// Where a PDDeployment's config.json comes from, decided here once for the webhook, the
+/// controller, the engine dry run and `kubectl pd`: the spec's `configMapRef`, else the source's
+/// own, else nowhere (the rules fall back on the catalogue; offline, `--model-config`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigSource {
+    ConfigMap(ConfigMapKeyRef),
+    /// A Hub or a mounted source's, read by a Job in the cluster (`model_read`).
+    Read(SourceRead),
+    Catalogue,
+}
+
+pub fn config_source(model: &ModelSpec) -> ConfigSource {
+    if let Some(r) = &model.config_map_ref {
+        return ConfigSource::ConfigMap(r.clone());
+    }
+    request(model).map_or(ConfigSource::Catalogue, ConfigSource::Read)
+}
+
+/// Why the ConfigMap `spec.model.configMapRef` names gave no config.json.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ConfigMapError {
+    #[error("ConfigMap {ns}/{name} does not exist")]
+    Missing { ns: String, name: String },
+    #[error("reading ConfigMap {ns}/{name} took over {timeout:?}")]
+    Timeout { ns: String, name: String, timeout: Duration },
+    #[error("reading ConfigMap {ns}/{name}: {message}")]
+    Api { ns: String, name: String, message: String },
+    /// No such key, or not a config.json (`HfConfig::from_config_map`'s text).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ConfigMapError {
+    /// Whether reading again may succeed without the user changing anything.
+    pub fn transient(&self) -> bool {
+        matches!(self, ConfigMapError::Timeout { .. } | ConfigMapError::Api { .. })
+    }
+}
+
+/// The ConfigMap the rules and the engine dry run read the model's config.json from: the
+/// spec's `configMapRef`, else the one the operator keeps for a Hub or a mounted source.
+pub fn config_ref(name: &str, model: &ModelSpec) -> Option<ConfigMapKeyRef> {
+    match config_source(model) {
+        ConfigSource::ConfigMap(r) => Some(r),
+        ConfigSource::Read(_) => Some(ConfigMapKeyRef { name: config_map_name(name), key: CONFIG_FILE.into() }),
+        ConfigSource::Catalogue => None,
+    }
+}
+
+/// The ConfigMap keeping `text`, read from `url` (or a mounted source's origin), owned by the PDDeployment.
+pub fn config_map(pdd: &PDDeployment, url: &str, text: &str) -> ConfigMap {
+    let name = pdd.metadata.name.clone().unwrap_or_default();
+    let mut cm = ConfigMap { data: Some(BTreeMap::from([(CONFIG_FILE.into(), text.into())])), ..Default::default() };
+    cm.metadata.name = Some(config_map_name(&name));
+    cm.metadata.namespace.clone_from(&pdd.metadata.namespace);
+    cm.metadata.labels = Some(common_labels(&name, KEPT_ROLE));
+    cm.metadata.annotations = Some(BTreeMap::from([(MODEL_CONFIG_URL_ANNOTATION.into(), url.into())]));
+    cm.metadata.owner_references = owner_refs(pdd);
+    cm
+}
+
+/// The kept config.json, when `cm` holds the one read from `origin` (a Hub source's URL, a
+/// mounted source's origin).
+pub fn kept(cm: &ConfigMap, origin: &str) -> Option<(String, HfConfig)> {
+    let url = cm.metadata.annotations.as_ref()?.get(MODEL_CONFIG_URL_ANNOTATION)?;
+    let text = cm.data.as_ref()?.get(CONFIG_FILE)?;
+    if url != origin {
+        return None;
+    }
+    HfConfig::parse(text).ok().map(|c| (text.clone(), c))
+}
+
+/// The `ModelConfigResolved` condition's content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolution {
+    pub resolved: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Resolution {
+    /// A source's config.json, read by the Job and kept.
+    pub fn read(read: &SourceRead, config_map: &str) -> Self {
+        Self { resolved: true, reason: "Resolved".into(), message: format!("{} read, kept in ConfigMap {config_map}", read.origin) }
+    }
+
+    /// A source's config.json not read (yet): `reason` `Reading`, `ConfigNotRead` or a
+    /// `HubError::reason`.
+    pub fn unread(reason: &str, message: String) -> Self {
+        Self { resolved: false, reason: reason.into(), message }
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use pd_api::{Accelerator, PDDeployment, PDDeploymentSpec};
 
+use crate::findings::{Finding, Severity};
 use crate::manifest::{self, Loaded, LoadedDeployment};
 use crate::model::{self, HfConfig};
-use crate::validate::{self, Finding, Severity};
+use crate::validate;
 
 /// The PDDeployments (and ConfigMaps) of `files`, and the config.json `model_config` names: the
 /// input of every offline verdict. No PDDeployment in the files is an error.

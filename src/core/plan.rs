@@ -6,12 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 
-use crate::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
-use crate::render::{
-    DRAINING_SINCE, ENGINE_CONTAINER, InstancePods, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE,
-    SIDECAR_CONTAINER, SIDECAR_UPDATED_AT,
-};
+use crate::names::{ENGINE_CONTAINER, SIDECAR_CONTAINER};
+use crate::pod::Phase;
+use crate::render::InstancePods;
 use pd_api::conditions::HasStatus;
+use pd_api::labels::{
+    DRAINING_SINCE, KV_CONTRACT, LABEL_INSTANCE, LABEL_KV_SET, LABEL_NODE_RANK, LABEL_REVISION, LABEL_ROLE, SIDECAR_UPDATED_AT,
+};
+use pd_api::labels::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use pd_api::{Role, RolloutSpec};
 
 const POD_READY: &str = "Ready";
@@ -21,39 +23,6 @@ const POD_SCHEDULED: &str = "PodScheduled";
 pub const READ_LABELS: [&str; 5] = [LABEL_ROLE, LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_REVISION, LABEL_KV_SET];
 pub const READ_ANNOTATIONS: [&str; 4] = [DRAINING_SINCE, RANK_MAP_ANNOTATION, KV_CONTRACT, SIDECAR_UPDATED_AT];
 pub const READ_CONDITIONS: [&str; 3] = [POD_READY, POD_SCHEDULED, HANDSHAKE_CONDITION];
-
-/// A pod's `status.phase` (absent: `Pending`, as the API treats a pod not yet scheduled).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Unknown,
-}
-
-impl Phase {
-    pub fn of(phase: Option<&str>) -> Self {
-        match phase {
-            None | Some("Pending") => Phase::Pending,
-            Some("Running") => Phase::Running,
-            Some("Succeeded") => Phase::Succeeded,
-            Some("Failed") => Phase::Failed,
-            Some(_) => Phase::Unknown,
-        }
-    }
-
-    /// Ended: its containers will not run again.
-    pub fn ended(self) -> bool {
-        matches!(self, Phase::Failed | Phase::Succeeded)
-    }
-}
-
-impl std::fmt::Display for Phase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
 
 /// What the planner needs to know about an existing engine pod.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,61 +5,26 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection,
-    DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
-    ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
-    SeccompProfile, SecurityContext, Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, SleepAction, Volume,
-    VolumeMount, VolumeProjection,
+    ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIProjection, DownwardAPIVolumeFile,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod,
+    PodReadinessGate, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, Service, ServiceAccount,
+    ServiceAccountTokenProjection, ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::Resource;
-use kube::core::{Expression, Selector};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::model::ModelFacts;
+use crate::model_source;
+use crate::names::*;
+use crate::pod::restricted_security_context;
 use pd_api::Role;
+use pd_api::labels::*;
 use pd_api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, PDRole, PDRoleSpec, RoleSpec};
 
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const OPERATOR: &str = "pd-operator";
-pub const LABEL_DEPLOYMENT: &str = "pd.inference.dev/deployment";
-pub const LABEL_ROLE: &str = "pd.inference.dev/role";
-pub const LABEL_INSTANCE: &str = "pd.inference.dev/instance";
-pub const LABEL_NODE_RANK: &str = "pd.inference.dev/node-rank";
-pub const LABEL_REVISION: &str = "pd.inference.dev/revision";
-/// `true` while an engine pod is in the router's pool; the controller sets it to `false` to drain
-/// an instance before its pods go (routers select on it).
-pub const LABEL_SERVING: &str = "pd.inference.dev/serving";
-/// When the controller started draining a pod (RFC 3339).
-pub const DRAINING_SINCE: &str = "pd.inference.dev/draining-since";
-/// When the operator last changed a running decode pod's sidecar image in place.
-pub const SIDECAR_UPDATED_AT: &str = "pd.inference.dev/sidecar-updated-at";
-/// The KV set an engine pod belongs to. Pods of one set may pair; a spec change whose KV contract
-/// is incompatible with the running set starts a new set beside it, and the router is moved to the
-/// new set as a whole (see `controller::sets`).
-pub const LABEL_KV_SET: &str = "pd.inference.dev/kv-set";
-/// What an engine pod reports in the handshake (the prefill's `/route` body, or the decode's
-/// topology) and the model it serves: what a later revision is judged against.
-pub const KV_CONTRACT: &str = "pd.inference.dev/kv-contract";
-/// The `LABEL_ROLE` value of router pods.
-pub const ROUTER_ROLE: &str = "router";
-/// `true` on every engine pod (prefill and decode, not the router): what the engines' headless
-/// Service selects.
-pub const LABEL_ENGINE: &str = "pd.inference.dev/engine";
-/// On the operator's own pods (the chart's pod template): what the engines' NetworkPolicy lets
-/// in to their HTTP port when the planner scrapes the engines itself.
-pub const LABEL_COMPONENT: &str = "pd.inference.dev/component";
-pub const OPERATOR_COMPONENT: &str = "operator";
-/// What names the objects that cover both roles' engine pods (`{name}-engines`): their headless
-/// Service and NetworkPolicy.
-const ENGINES: &str = "engines";
-pub const DIST_INIT_PORT: u16 = 5757;
-pub const HANDSHAKE_PORT: u16 = 8099;
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
 /// Where Kubernetes clients look for the in-cluster token; only the sidecar gets one mounted.
 const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -181,7 +146,6 @@ impl Rendered {
     }
 }
 
-pub mod model_source;
 mod netpol;
 pub mod placement;
 
@@ -197,63 +161,6 @@ fn yaml_doc<T: Serialize + k8s_openapi::Resource>(o: &T) -> Result<String, Rende
     serde_norway::to_string(&v).map_err(|e| err(e.to_string()))
 }
 
-/// The headless Service of PDDeployment `name`'s engine pods (both roles), and their NetworkPolicy.
-pub fn engines_name(name: &str) -> String {
-    format!("{name}-{ENGINES}")
-}
-/// The highest KV set whose pod host names validation keeps within a DNS label: a PDDeployment
-/// can take 999 incompatible rollouts (each surges into the next set) before its names grow.
-pub const NAMED_KV_SETS: u32 = 999;
-/// Set 0 keeps the plain names; a later set's objects end in `-s<set>`.
-pub fn set_suffix(set: u32) -> String {
-    if set == 0 { String::new() } else { format!("-s{set}") }
-}
-pub fn pod_name(name: &str, role: Role, instance: u32, node: u32, set: u32) -> String {
-    format!("{name}-{}-{instance}-{node}{}", role.as_str(), set_suffix(set))
-}
-pub fn router_name(name: &str) -> String {
-    format!("{name}-router")
-}
-/// The handshake ConfigMap of one KV set (its decodes' topology and its prefills' addresses).
-pub fn handshake_config_name(name: &str, set: u32) -> String {
-    format!("{name}-handshake{}", set_suffix(set))
-}
-/// Name of the handshake Role and RoleBinding.
-pub fn handshake_rbac_name(name: &str) -> String {
-    format!("{name}-handshake")
-}
-/// The decode pods' ServiceAccount: the template's, or one the operator creates.
-pub fn decode_service_account(spec: &PDDeploymentSpec, name: &str) -> String {
-    spec.decode.template.service_account_name.clone().unwrap_or_else(|| format!("{name}-decode"))
-}
-
-/// Stable DNS name of an instance's leader pod through the engines' headless Service.
-pub fn leader_host(name: &str, ns: &str, role: Role, instance: u32, set: u32) -> String {
-    format!("{}.{}.{ns}.svc", pod_name(name, role, instance, 0, set), engines_name(name))
-}
-
-/// The address a decode (and the router) uses for a prefill's bootstrap server.
-pub fn bootstrap_address(name: &str, ns: &str, instance: u32, port: u16, set: u32) -> String {
-    format!("{}:{port}", leader_host(name, ns, Role::Prefill, instance, set))
-}
-
-/// The prefill and decode pods of PDDeployment `name`, as the `/scale` subresource's selector
-/// string (`to_string`) or a `LabelSelector` (`engine_pods`).
-pub fn engine_selector(name: &str) -> Selector {
-    let roles = [Role::Prefill, Role::Decode].map(|r| r.as_str().to_owned());
-    Selector::from_iter([Expression::Equal(LABEL_DEPLOYMENT.into(), name.into()), Expression::In(LABEL_ROLE.into(), roles.into())])
-}
-
-/// The leader pod (node rank 0) of each instance of one role, as a `PDRole`'s `/scale` selector:
-/// one pod per instance, the unit the role's count is in.
-pub fn role_leader_selector(name: &str, role: Role) -> Selector {
-    Selector::from_iter([
-        Expression::Equal(LABEL_DEPLOYMENT.into(), name.into()),
-        Expression::Equal(LABEL_ROLE.into(), role.as_str().into()),
-        Expression::Equal(LABEL_NODE_RANK.into(), "0".into()),
-    ])
-}
-
 /// Each role's scale target (`PDRole` `<name>-<role>`), asking for the instances `spec` runs.
 /// The controller hands `spec.replicas` to whoever else owns it (`scaling::yield_replicas`).
 fn scale_targets(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> Vec<PDRole> {
@@ -264,21 +171,6 @@ fn scale_targets(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<
             status: None,
         })
         .into()
-}
-
-/// `engine_selector` as the `LabelSelector` of NetworkPolicies and topology spread.
-pub fn engine_pods(name: &str) -> LabelSelector {
-    engine_selector(name).into()
-}
-
-pub fn common_labels(name: &str, role: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (MANAGED_BY.to_owned(), OPERATOR.to_owned()),
-        ("app.kubernetes.io/name".to_owned(), "sglang".to_owned()),
-        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
-        (LABEL_DEPLOYMENT.to_owned(), name.to_owned()),
-        (LABEL_ROLE.to_owned(), role.to_owned()),
-    ])
 }
 
 /// A short hash of everything that shapes a role's engine pods; a change rolls that role. What
@@ -312,12 +204,6 @@ fn revision_inputs(spec: &PDDeploymentSpec, role: Role) -> serde_json::Value {
     serde_json::json!({
         "role": role.as_str(), "engine": engine, "model": spec.model, "kv": spec.kv_transfer, "pool": shaped,
     })
-}
-
-/// Ten hex digits of the SHA-256 of `inputs`: revisions, cache keys and child names.
-pub(crate) fn short_hash(inputs: &serde_json::Value) -> String {
-    let digest = Sha256::digest(inputs.to_string().as_bytes());
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
 }
 
 /// The engine's argv after the program name, for one pod of one instance.
@@ -414,10 +300,6 @@ pub(crate) fn engine_image(spec: &PDDeploymentSpec, opts: &RenderOptions) -> Str
     })
 }
 
-pub(crate) fn owner_refs(pdd: &PDDeployment) -> Option<Vec<OwnerReference>> {
-    pdd.controller_owner_ref(&()).map(|o| vec![o])
-}
-
 fn meta(name: String, ns: &str, labels: BTreeMap<String, String>, owners: &Option<Vec<OwnerReference>>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
@@ -456,49 +338,6 @@ fn http_probe(path: &str, port: &str, period: i32, failures: i32) -> Probe {
 fn port(name: &str, number: u16) -> ContainerPort {
     ContainerPort { name: Some(name.into()), container_port: i32::from(number), ..Default::default() }
 }
-
-/// The user (and group) pd-operator's own containers run as: the images' `USER` (Dockerfile).
-pub const OPERATOR_UID: i64 = 65532;
-
-/// A short CPU-only pod of the operator's beside the engines (the engine dry run, the model's
-/// config.json read from its volume): where the prefill pods go and the engine image or the
-/// weights are cached (the prefill role's node selector, tolerations, priority class and
-/// ServiceAccount, for image pull secrets), with both roles' template annotations; no API
-/// token, no service links, never restarted.
-pub fn beside_engines(pdd: &PDDeployment) -> (Option<BTreeMap<String, String>>, PodSpec) {
-    let (t, d) = (&pdd.spec.prefill.template, &pdd.spec.decode.template);
-    let annotations: BTreeMap<String, String> = t.annotations.iter().chain(&d.annotations).map(|(k, v)| (k.clone(), v.clone())).collect();
-    let spec = PodSpec {
-        restart_policy: Some("Never".into()),
-        enable_service_links: Some(false),
-        automount_service_account_token: Some(false),
-        termination_grace_period_seconds: Some(5),
-        node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
-        tolerations: (!t.tolerations.is_empty()).then(|| t.tolerations.clone()),
-        service_account_name: t.service_account_name.clone(),
-        priority_class_name: t.priority_class_name.clone(),
-        ..Default::default()
-    };
-    ((!annotations.is_empty()).then_some(annotations), spec)
-}
-
-/// Security settings of containers pd-operator itself runs (`restricted` Pod Security Standard).
-pub fn restricted_security_context() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        run_as_user: Some(OPERATOR_UID),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
-        ..Default::default()
-    }
-}
-
-/// The handshake sidecar's container name (a restartable init container of each decode pod).
-pub const SIDECAR_CONTAINER: &str = "handshake";
-/// The engine pods' SGLang (or stand-in) container.
-pub const ENGINE_CONTAINER: &str = "engine";
 
 fn handshake_sidecar(opts: &RenderOptions) -> Container {
     Container {
@@ -781,7 +620,7 @@ impl PodSlot<'_> {
     /// (unless the template names one) the ServiceAccount that exists for the sidecar alone.
     fn add_handshake(&self, spec: &mut PodSpec) {
         spec.init_containers = Some(vec![handshake_sidecar(self.opts)]);
-        spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: crate::handshake::HANDSHAKE_CONDITION.into() }]);
+        spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: pd_api::labels::HANDSHAKE_CONDITION.into() }]);
         let volumes = spec.volumes.get_or_insert_with(Vec::new);
         volumes.push(Volume {
             name: "handshake".into(),
@@ -1091,7 +930,7 @@ pub fn render_sets(
         ..Default::default()
     });
     if spec.engine.dry_run_policy() != pd_api::DryRunPolicy::Off {
-        out.config_maps.push(crate::dryrun::shim_config_map(name, &ns, &owners));
+        out.config_maps.push(shim_config_map(name, &ns, &owners));
     }
     let (account, role, binding) = handshake_rbac(spec, name, &ns, set, &owners);
     out.service_accounts.extend(account);
@@ -1120,4 +959,19 @@ pub fn render_sets(
         out.deployments.push(deployment);
     }
     Ok(out)
+}
+
+/// The shim the dry-run pod runs, shipped in its ConfigMap.
+pub const SHIM: &str = include_str!("dryrun/shim.py");
+/// The shim's key in its ConfigMap, and its file name where the dry-run pod mounts it.
+pub const SHIM_KEY: &str = "shim.py";
+
+/// The shim's ConfigMap (one per PDDeployment, rendered with its other children).
+pub fn shim_config_map(name: &str, ns: &str, owners: &Option<Vec<OwnerReference>>) -> ConfigMap {
+    let mut cm = ConfigMap { data: Some(BTreeMap::from([(SHIM_KEY.into(), SHIM.into())])), ..Default::default() };
+    cm.metadata.name = Some(shim_config_name(name));
+    cm.metadata.namespace = Some(ns.into());
+    cm.metadata.labels = Some(common_labels(name, DRY_RUN_ROLE));
+    cm.metadata.owner_references.clone_from(owners);
+    cm
 }

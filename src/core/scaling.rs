@@ -437,7 +437,7 @@ mod tests {
         s.scaling.prefill.max_replicas = Some(0);
         let errors: Vec<_> = crate::validate::validate("x", &s, None)
             .into_iter()
-            .filter(|f| f.severity == crate::validate::Severity::Error && f.rule.starts_with("scaling-"))
+            .filter(|f| f.severity == crate::findings::Severity::Error && f.rule.starts_with("scaling-"))
             .map(|f| f.field)
             .collect();
         assert_eq!(errors, ["spec.scaling.ratio.max", "spec.scaling.prefill.maxReplicas"]);

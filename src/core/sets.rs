@@ -16,7 +16,7 @@ use thiserror::Error;
 use crate::handshake::core::{DecodeTopology, InputError, PrefillInfo, all_failures};
 use crate::plan::ObservedPod;
 use crate::release::Release;
-use crate::render::KV_CONTRACT;
+use pd_api::labels::KV_CONTRACT;
 use pd_api::{KvSetStatus, KvSetStrategy, Role};
 
 /// Why a pod whose contract cannot be read makes its set one the spec's pods do not join.
@@ -53,7 +53,7 @@ impl Router {
     /// terminating pods included: a pod of another set may still pair that set's pods on the
     /// connections it keeps open, so the rollout is not over until it is gone.
     pub fn observe(d: &Deployment, pod_sets: &BTreeSet<String>) -> Option<Router> {
-        let set: u32 = d.metadata.labels.as_ref()?.get(crate::render::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let set: u32 = d.metadata.labels.as_ref()?.get(pd_api::labels::LABEL_KV_SET).and_then(|s| s.parse().ok()).unwrap_or(0);
         let want = d.spec.replicas.unwrap_or(1);
         let rolled = d.status.as_ref().is_some_and(|s| {
             s.observed_generation >= d.metadata.generation

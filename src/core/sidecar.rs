@@ -32,7 +32,7 @@ pub struct Step {
 
 /// The next step towards every running decode pod running sidecar `image`.
 pub fn next(observed: &[ObservedPod], image: &str, policy: SidecarUpdate, now: jiff::Timestamp) -> Step {
-    let live = || observed.iter().filter(|p| p.role == Role::Decode && !p.deleting && p.phase == crate::plan::Phase::Running);
+    let live = || observed.iter().filter(|p| p.role == Role::Decode && !p.deleting && p.phase == crate::pod::Phase::Running);
     let outdated = |p: &&ObservedPod| p.sidecar_image.as_deref().is_some_and(|i| i != image);
     let movable = |p: &&ObservedPod| policy == SidecarUpdate::InPlace && !p.sidecar_probed;
     let left = live().filter(outdated).filter(|p| !movable(p)).count();

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::plan::ObservedPod;
-use crate::render;
 use pd_api::Role;
 use pd_api::conditions::{HasStatus, Status};
 use pd_api::{DecodeRankMap, Endpoints, InstanceEndpoint, PDDeployment, PDDeploymentStatus, RoleStatus};
@@ -51,7 +50,7 @@ pub struct StatusInputs<'a> {
     /// The engine dry run's verdict (or the one under way), `None` when none ran.
     pub engine_verification: Option<pd_api::EngineVerification>,
     /// Whether a Hub source's config.json was read (`None` for specs without one).
-    pub model_config: Option<crate::hub::Resolution>,
+    pub model_config: Option<crate::model_read::Resolution>,
     /// The fetch of a cached Hub source (`None` for specs without one).
     pub model_fetch: Option<crate::model_fetch::Fetch>,
     pub now: Time,
@@ -77,7 +76,7 @@ fn count(inputs: &StatusInputs, role: Role) -> RoleCount {
     // The observed pods by instance: the work follows the pods, not the count the spec asks for.
     for pods in live_pods_by_instance(inputs, role).values() {
         let complete = pods.len() == nodes as usize;
-        if complete && pods.iter().all(|p| p.serving() && p.phase == crate::plan::Phase::Running) {
+        if complete && pods.iter().all(|p| p.serving() && p.phase == crate::pod::Phase::Running) {
             ready += 1;
         }
         if complete && pods.iter().all(|p| p.revision == revision) {
@@ -187,7 +186,7 @@ fn units(inputs: &StatusInputs) -> i32 {
 
 /// The PDDeployment's engine pods as a label selector string.
 fn engine_selector(pdd: &PDDeployment) -> String {
-    render::engine_selector(pdd.metadata.name.as_deref().unwrap_or_default()).to_string()
+    crate::names::engine_selector(pdd.metadata.name.as_deref().unwrap_or_default()).to_string()
 }
 
 /// The leaders of the KV set `set` (the one the router pairs).
@@ -199,13 +198,13 @@ fn endpoints(pdd: &PDDeployment, set: u32) -> Endpoints {
         (0..pdd.spec.instances(role))
             .map(|i| InstanceEndpoint {
                 instance: i,
-                http: format!("http://{}:{port}", render::leader_host(&name, &ns, role, i, set)),
-                bootstrap: bootstrap.then(|| render::bootstrap_address(&name, &ns, i, pdd.spec.kv_transfer.bootstrap_port, set)),
+                http: format!("http://{}:{port}", crate::names::leader_host(&name, &ns, role, i, set)),
+                bootstrap: bootstrap.then(|| crate::names::bootstrap_address(&name, &ns, i, pdd.spec.kv_transfer.bootstrap_port, set)),
             })
             .collect()
     };
     Endpoints {
-        router: pdd.spec.router.enabled.then(|| format!("http://{}.{ns}.svc:{}", render::router_name(&name), pdd.spec.router.port)),
+        router: pdd.spec.router.enabled.then(|| format!("http://{}.{ns}.svc:{}", crate::names::router_name(&name), pdd.spec.router.port)),
         prefill: instances(Role::Prefill, true),
         decode: instances(Role::Decode, false),
     }
@@ -232,7 +231,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let waiting = unresolved(inputs);
     let valid = inputs.validation.is_ok() && !waiting;
     if let Some(m) = &inputs.model_config {
-        conditions.push(cond(crate::hub::CONDITION, Some(m.resolved), &m.reason, m.message.clone()));
+        conditions.push(cond(crate::model_read::CONDITION, Some(m.resolved), &m.reason, m.message.clone()));
     }
     if let Some(f) = &inputs.model_fetch {
         conditions.push(cond(crate::model_fetch::CONDITION, Some(f.ready), &f.reason, f.message.clone()));
@@ -553,22 +552,22 @@ mod tests {
     #[test]
     fn an_unread_model_config_leaves_the_spec_unjudged_and_nothing_rolled_out() {
         let pdd = pdd();
-        let failed = crate::hub::Resolution { resolved: false, reason: "ConfigNotFound".into(), message: "GET u: HTTP 404".into() };
+        let failed = crate::model_read::Resolution { resolved: false, reason: "ConfigNotFound".into(), message: "GET u: HTTP 404".into() };
         let status = compute(&StatusInputs {
             validation: Err("GET u: HTTP 404".into()),
             model_config: Some(failed),
             ..one_pod_instances(&pdd, &[])
         });
         let c = |t: &str| status.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.clone(), c.reason.clone())).unwrap();
-        assert_eq!(c(crate::hub::CONDITION), ("False".into(), "ConfigNotFound".into()));
+        assert_eq!(c(crate::model_read::CONDITION), ("False".into(), "ConfigNotFound".into()));
         assert_eq!(c(VALIDATED), ("Unknown".into(), "ModelConfigUnresolved".into()));
         assert_eq!(c(PROGRESSING), ("False".into(), "ModelConfigUnresolved".into()));
         assert_eq!(c(READY), ("False".into(), "ModelConfigUnresolved".into()));
         assert!(status.endpoints.is_none());
-        let read = crate::hub::Resolution { resolved: true, reason: "Resolved".into(), message: "read".into() };
+        let read = crate::model_read::Resolution { resolved: true, reason: "Resolved".into(), message: "read".into() };
         let status = compute(&StatusInputs { model_config: Some(read), ..one_pod_instances(&pdd, &[]) });
         let c = |t: &str| status.conditions.iter().find(|c| c.type_ == t).map(|c| c.status.clone()).unwrap();
-        assert_eq!((c(crate::hub::CONDITION), c(VALIDATED)), ("True".into(), "True".into()));
+        assert_eq!((c(crate::model_read::CONDITION), c(VALIDATED)), ("True".into(), "True".into()));
     }
 
     #[test]

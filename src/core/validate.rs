@@ -2,47 +2,11 @@
 //! that the `PDDeployment` spec alone decides. Pure functions; every violation is returned, not
 //! only the first, each with its field path, the engine's own words and a fix.
 
-use serde::Serialize;
-
+use crate::findings::{Finding, Severity};
 use crate::handshake::core::{Check, HandshakeFailure, PERF_WARNING, PoolKind};
 use crate::model::{HfConfig, ModelFacts};
 use crate::release::{Release, release_of};
 use pd_api::{Accelerator, AllocationPolicy, EngineType, KvCacheDtype, PDDeploymentSpec, Parallelism, RoleSpec, TransferBackend};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Error,
-    Warning,
-}
-
-/// One rule's verdict on one field.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub severity: Severity,
-    /// Stable rule id, e.g. `decode-dcp-needs-mla`.
-    pub rule: &'static str,
-    /// JSON path of the offending field, e.g. `spec.decode.parallelism.dcp`.
-    pub field: String,
-    pub message: String,
-    pub fix: String,
-}
-
-impl Finding {
-    pub(crate) fn error(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { severity: Severity::Error, rule, field: field.into(), message: message.into(), fix: fix.into() }
-    }
-    pub(crate) fn warning(rule: &'static str, field: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { severity: Severity::Warning, ..Self::error(rule, field, message, fix) }
-    }
-}
-
-/// `<field path>: <message> (fix: <hint>)`: the one form the CLI, the webhook and status print.
-impl std::fmt::Display for Finding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} (fix: {})", self.field, self.message, self.fix)
-    }
-}
 
 /// Exact SGLang 0.5.23 texts that users will also find in engine logs.
 pub mod texts {
@@ -1394,7 +1358,7 @@ fn check_name(name: &str, spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
         // Surge instances of an in-place rollout come after the role's instances.
         let last_instance = spec.instance_slots(role).max(1) - 1;
         // The longest host name: last instance and node, in the last KV set a rollout names.
-        let host = crate::render::pod_name(name, role, last_instance, nodes.saturating_sub(1), crate::render::NAMED_KV_SETS);
+        let host = crate::names::pod_name(name, role, last_instance, nodes.saturating_sub(1), crate::names::NAMED_KV_SETS);
         if host.len() > DNS_LABEL_MAX {
             out.push(Finding::error(
                 "name-too-long",
@@ -1437,7 +1401,7 @@ fn check_hub_ids(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
 /// volume, a relative host path, a mirror that is no URL), or a template volume or mount where
 /// the source goes (the apiserver would refuse the pod, or the engine read other files).
 fn check_model_source(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) {
-    use crate::render::model_source::{MODEL_MOUNT, MODEL_VOLUME};
+    use crate::names::{MODEL_MOUNT, MODEL_VOLUME};
     let Some(source) = &spec.model.source else { return };
     let sub_paths =
         [("pvc", source.pvc.as_ref().and_then(|p| p.path.as_deref())), ("image", source.image.as_ref().and_then(|i| i.path.as_deref()))];

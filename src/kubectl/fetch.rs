@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use pd_api::PDDeployment;
-use pd_core::render::LABEL_DEPLOYMENT;
+use pd_api::labels::LABEL_DEPLOYMENT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,7 +74,7 @@ pub async fn snapshot(name: &str, namespace: Option<&str>) -> Result<Snapshot, E
     events.sort_by_key(crate::view::event_time);
     // The model config only sharpens `explain`: a ConfigMap the user may not read is left out.
     let name = pdd.metadata.name.clone().unwrap_or_default();
-    let model_config = match &pd_core::hub::config_ref(&name, &pdd.spec.model) {
+    let model_config = match &pd_core::model_read::config_ref(&name, &pdd.spec.model) {
         Some(r) => Api::<ConfigMap>::namespaced(client, &ns).get_opt(&r.name).await.ok().flatten(),
         None => None,
     };

@@ -269,12 +269,12 @@ fn refusal(s: &Snapshot, bad: &[&Condition]) -> String {
     }
     let pdd = &s.pdd;
     let name = pdd.metadata.name.as_deref().unwrap_or_default();
-    let key = pd_core::hub::config_ref(name, &pdd.spec.model).map(|r| r.key).unwrap_or_default();
+    let key = pd_core::model_read::config_ref(name, &pdd.spec.model).map(|r| r.key).unwrap_or_default();
     let config = s.model_config.as_ref().and_then(|cm| pd_core::model::HfConfig::from_config_map(cm, &key).ok());
     let facts = pd_core::model::resolve(&pdd.spec.model, config.as_ref());
     let findings = pd_core::validate::validate_with_facts(pdd.metadata.name.as_deref().unwrap_or_default(), &pdd.spec, &facts);
     let mut out = String::from("\nThe spec, judged again here:\n");
-    for f in findings.iter().filter(|f| f.severity == pd_core::validate::Severity::Error) {
+    for f in findings.iter().filter(|f| f.severity == pd_core::findings::Severity::Error) {
         let _ = writeln!(out, "  {}: {}\n    fix: {}", f.field, f.message, f.fix);
     }
     out

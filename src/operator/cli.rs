@@ -10,9 +10,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use pd_core::egress;
+use pd_core::findings::Severity;
 use pd_core::offline::{self, Assumed, check_one};
 use pd_core::render::{self, RenderOptions};
-use pd_core::validate::{self, Severity};
+use pd_core::validate;
 use pd_runtime::telemetry::LogArgs;
 use pd_runtime::verdict_args::VerdictArgs;
 

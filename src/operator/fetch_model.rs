@@ -15,7 +15,8 @@ use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use pd_core::model_fetch::{PROGRESS_ANNOTATION, Progress};
+use pd_api::labels::FETCH_PROGRESS_ANNOTATION;
+use pd_core::model_fetch::Progress;
 use pd_runtime::hub_fetch::{self, FetchSpec};
 
 #[derive(Args, Debug)]
@@ -170,7 +171,7 @@ async fn publish(job: Option<&(Api<Job>, String)>, file: Option<&PathBuf>, progr
         warn!(path = %path.display(), error = %e, "the progress file was not written");
     }
     let Some((api, name)) = job else { return };
-    let patch = serde_json::json!({"metadata": {"annotations": {PROGRESS_ANNOTATION: text}}});
+    let patch = serde_json::json!({"metadata": {"annotations": {FETCH_PROGRESS_ANNOTATION: text}}});
     if let Err(e) = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         // The report is progress, not the fetch: the operator reads the end from the termination message.
         warn!(job = %name, error = %e, "the Job's progress annotation was not patched");

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
 use pd_api::ConfigMapKeyRef;
-use pd_core::hub::ConfigMapError;
 use pd_core::model::HfConfig;
+use pd_core::model_read::ConfigMapError;
 
 /// Reads the config.json `r` names in namespace `ns`, within `timeout`.
 pub async fn config_map(client: &Client, ns: &str, r: &ConfigMapKeyRef, timeout: Duration) -> Result<HfConfig, ConfigMapError> {
@@ -26,9 +26,9 @@ pub async fn config_map(client: &Client, ns: &str, r: &ConfigMapKeyRef, timeout:
 }
 
 /// The config.json the operator keeps for PDDeployment `name` when it was read from `origin`
-/// (`pd_core::hub::kept`); none when it is not there, not from `origin`, or not read in `timeout`.
+/// (`pd_core::model_read::kept`); none when it is not there, not from `origin`, or not read in `timeout`.
 pub async fn kept(client: &Client, ns: &str, name: &str, origin: &str, timeout: Duration) -> Option<HfConfig> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let cm = tokio::time::timeout(timeout, api.get_opt(&pd_core::hub::config_map_name(name))).await.ok()?.ok()??;
-    pd_core::hub::kept(&cm, origin).map(|(_, config)| config)
+    let cm = tokio::time::timeout(timeout, api.get_opt(&pd_core::model_read::config_map_name(name))).await.ok()?.ok()??;
+    pd_core::model_read::kept(&cm, origin).map(|(_, config)| config)
 }

@@ -6,9 +6,10 @@ use serde::Serialize;
 
 use pd_api::PDDeploymentSpec;
 use pd_api::Role;
+use pd_core::findings::Finding;
 use pd_core::model::ModelFacts;
 use pd_core::render;
-use pd_core::validate::{self, Finding};
+use pd_core::validate;
 
 /// One engine process: its argv after the program name and its literal environment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -3,7 +3,8 @@
 //! value, and the pod limit must count any spec without overflowing.
 
 use super::*;
-use crate::validate::{Severity, validate};
+use crate::findings::Severity;
+use crate::validate::validate;
 use pd_api::{AttentionKind, CpStrategy, PDDeploymentSpec, Parallelism, RoleSpec};
 use proptest::prelude::*;
 

@@ -3,6 +3,7 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Conta
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
+use crate::model_source;
 
 fn model(hf: serde_json::Value) -> ModelSpec {
     serde_json::from_value(serde_json::json!({"path": "acme/ft", "source": {"huggingFace": hf}})).unwrap()
@@ -46,10 +47,10 @@ fn the_job_runs_the_operator_image_with_the_token_and_may_patch_only_itself() {
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     assert_eq!(pod.service_account_name.as_deref(), Some("m-model-fetch"));
     // The image's user may write to a new volume (its root belongs to root): the volume's group.
-    assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(crate::render::OPERATOR_UID));
+    assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(crate::pod::OPERATOR_UID));
     let c = &pod.containers[0];
     assert_eq!(c.image.as_deref(), Some("pd-operator:test"));
-    assert_eq!(c.security_context, Some(crate::render::restricted_security_context()));
+    assert_eq!(c.security_context, Some(crate::pod::restricted_security_context()));
     let args = c.args.clone().unwrap().join(" ");
     assert_eq!(
         args,
@@ -80,10 +81,10 @@ fn the_job_runs_the_operator_image_with_the_token_and_may_patch_only_itself() {
 #[test]
 fn engines_mount_the_cache_read_only_and_download_nothing() {
     let m = cached_model();
-    assert_eq!(render::model_source::model_path(&m), "/models/acme/ft/refs--pr--1");
-    assert_eq!(render::model_source::revision(&m), None, "the directory is the revision");
-    assert!(render::model_source::env(&m).is_empty(), "no HF_TOKEN or HF_ENDPOINT in the engines");
-    let (volume, mount) = render::model_source::volume("m", &m).unwrap();
+    assert_eq!(model_source::model_path(&m), "/models/acme/ft/refs--pr--1");
+    assert_eq!(model_source::revision(&m), None, "the directory is the revision");
+    assert!(model_source::env(&m).is_empty(), "no HF_TOKEN or HF_ENDPOINT in the engines");
+    let (volume, mount) = model_source::volume("m", &m).unwrap();
     let pvc = volume.persistent_volume_claim.unwrap();
     assert_eq!((pvc.claim_name.as_str(), pvc.read_only, mount.read_only), ("weights", Some(true), Some(true)));
 }

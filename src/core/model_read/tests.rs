@@ -63,7 +63,7 @@ fn the_job_mounts_the_source_read_only_beside_the_engines_and_never_retries_much
     assert!(resources.requests.as_ref().unwrap().keys().all(|k| ["cpu", "memory", "ephemeral-storage"].contains(&k.as_str())), "no GPU");
     let limits = resources.limits.as_ref().unwrap();
     assert!(["cpu", "memory", "ephemeral-storage"].iter().all(|k| limits.contains_key(*k)), "{limits:?}");
-    assert_eq!(c.security_context, Some(render::restricted_security_context()));
+    assert_eq!(c.security_context, Some(crate::pod::restricted_security_context()));
     assert_eq!(c.env, None, "a mounted source's reader gets no token");
 }
 
@@ -171,4 +171,39 @@ fn the_jobs_state_is_the_newest_pods_message() {
         panic!()
     };
     assert!(why.contains("Job has reached the specified backoff limit"), "{why}");
+}
+
+#[test]
+fn a_config_map_ref_wins_and_every_source_is_kept_under_one_name() {
+    let hub = |s: serde_json::Value| -> ModelSpec {
+        serde_json::from_value(serde_json::json!({"path": "acme/ft", "source": {"huggingFace": s}})).unwrap()
+    };
+    let m = hub(serde_json::json!({"repo": "acme/ft", "endpoint": "http://mirror:8080/"}));
+    let r = crate::hub::request(&m).unwrap();
+    let mut old: ModelSpec = serde_json::from_value(serde_json::json!({"path": "acme/ft", "revision": "v1",
+        "source": {"huggingFace": {"repo": "acme/ft"}}}))
+    .unwrap();
+    old.config_map_ref = Some(ConfigMapKeyRef { name: "mine".into(), key: "c".into() });
+    assert_eq!(crate::hub::request(&old), None, "a configMapRef wins");
+    assert_eq!(config_ref("x", &old).unwrap().name, "mine");
+    assert_eq!(config_ref("x", &m).unwrap(), ConfigMapKeyRef { name: "x-model-config".into(), key: CONFIG_FILE.into() });
+    let pvc: ModelSpec = serde_json::from_value(serde_json::json!({"path": "p", "source": {"pvc": {"claimName": "w"}}})).unwrap();
+    assert_eq!(crate::hub::request(&pvc), None);
+    assert_eq!(config_ref("x", &pvc).unwrap().name, "x-model-config", "a mounted source's is kept too");
+    assert_eq!(config_source(&old), ConfigSource::ConfigMap(ConfigMapKeyRef { name: "mine".into(), key: "c".into() }));
+    assert!(matches!(config_source(&m), ConfigSource::Read(h) if h.from == ReadFrom::Hub(r.clone()) && h.origin == r.url));
+    assert!(matches!(config_source(&pvc), ConfigSource::Read(v) if v.origin == "PersistentVolumeClaim w: /models/config.json"));
+    let none: ModelSpec = serde_json::from_value(serde_json::json!({"path": "Qwen/Qwen3-8B"})).unwrap();
+    assert_eq!(config_source(&none), ConfigSource::Catalogue);
+}
+
+#[test]
+fn the_kept_config_map_serves_only_the_url_it_was_read_from() {
+    let pdd = pdd(serde_json::json!({"huggingFace": {"repo": "acme/ft"}}));
+    let r = crate::hub::request(&pdd.spec.model).unwrap();
+    let cm = config_map(&pdd, &r.url, r#"{"architectures": ["Qwen3ForCausalLM"]}"#);
+    assert_eq!(cm.metadata.name.as_deref(), Some("m-model-config"));
+    assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].uid, "u");
+    assert_eq!(kept(&cm, &r.url).unwrap().1.architectures, ["Qwen3ForCausalLM"]);
+    assert!(kept(&cm, &format!("{}x", r.url)).is_none(), "another revision is read again");
 }

@@ -59,7 +59,7 @@ pub(super) fn policies(
         out.push(policy(format!("{name}-router"), ns, name, owners, router_of(name), ingress));
     }
     if spec.engine.dry_run_policy() != DryRunPolicy::Off {
-        let hub = crate::hub::config_ref(name, &spec.model).is_none();
+        let hub = crate::model_read::config_ref(name, &spec.model).is_none();
         out.push(dry_run_policy((name, ns), owners, hub));
     }
     out
@@ -84,12 +84,12 @@ fn dry_run_policy((name, ns): (&str, &str), owners: &Option<Vec<OwnerReference>>
     let selected = LabelSelector {
         match_labels: Some(BTreeMap::from([
             (LABEL_DEPLOYMENT.to_owned(), name.to_owned()),
-            (LABEL_ROLE.to_owned(), crate::dryrun::DRY_RUN_ROLE.to_owned()),
+            (LABEL_ROLE.to_owned(), crate::names::DRY_RUN_ROLE.to_owned()),
         ])),
         ..Default::default()
     };
     NetworkPolicy {
-        metadata: meta(crate::dryrun::policy_name(name), ns, common_labels(name, "network-policy"), owners),
+        metadata: meta(crate::names::policy_name(name), ns, common_labels(name, "network-policy"), owners),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(selected),
             ingress: Some(Vec::new()),
@@ -248,7 +248,7 @@ mod tests {
             assert_eq!(s.policy_types, Some(vec!["Ingress".to_owned(), "Egress".to_owned()]));
             assert_eq!(s.ingress, Some(Vec::new()), "nothing may connect to it");
             let labels = s.pod_selector.unwrap().match_labels.unwrap();
-            assert_eq!(labels[LABEL_ROLE], crate::dryrun::DRY_RUN_ROLE);
+            assert_eq!(labels[LABEL_ROLE], crate::names::DRY_RUN_ROLE);
             let rules = s.egress.unwrap();
             assert_eq!(rules.len(), 1);
             assert!(rules[0].to.is_none(), "DNS servers and the Hub cannot be selected portably");

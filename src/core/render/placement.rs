@@ -11,7 +11,7 @@ use k8s_openapi::api::scheduling::v1beta1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
 use super::{GPU_RESOURCE, LABEL_INSTANCE, LABEL_KV_SET, RenderOptions, common_labels, engine_pods, meta};
-use crate::validate::Finding;
+use crate::findings::Finding;
 use pd_api::{Colocation, GangMode, PDDeploymentSpec, Role};
 
 /// Judges `spec.placement.topologyKey` against the cluster: the GPUs of each of its domains
@@ -156,7 +156,7 @@ fn set_labels(name: &str, role: Role, set: u32) -> std::collections::BTreeMap<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::Severity;
+    use crate::findings::Severity;
 
     fn spec(placement: serde_json::Value, tp: u32) -> PDDeploymentSpec {
         let role = serde_json::json!({"parallelism": {"tp": tp}});

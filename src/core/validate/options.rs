@@ -309,7 +309,8 @@ pub fn not_judged_warning(spec: &PDDeploymentSpec) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::{Severity, validate};
+    use crate::findings::Severity;
+    use crate::validate::validate;
 
     fn spec(version: &str, model: &str, prefill: serde_json::Value, decode_args: &[&str]) -> PDDeploymentSpec {
         serde_json::from_value(serde_json::json!({

@@ -15,7 +15,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
-use pd_core::render::LABEL_DEPLOYMENT;
+use pd_api::labels::LABEL_DEPLOYMENT;
 
 /// (namespace, name)
 type Key = (String, String);

@@ -36,7 +36,9 @@ use children::ChildStores;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
 use pd_api::conditions::HasStatus;
-use pd_core::render::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR, RenderError, RenderOptions, SIDECAR_CONTAINER};
+use pd_api::labels::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR};
+use pd_core::names::SIDECAR_CONTAINER;
+use pd_core::render::{RenderError, RenderOptions};
 use pd_core::{plan, sets, status};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
@@ -82,7 +84,7 @@ pub enum Error {
     #[error("engine dry run: {0}")]
     DryRun(#[from] pd_core::dryrun::DryRunError),
     #[error("the model's config.json: {0}")]
-    ModelConfig(pd_core::hub::ConfigMapError),
+    ModelConfig(pd_core::model_read::ConfigMapError),
 }
 
 impl Error {
@@ -269,7 +271,7 @@ impl Context {
         for leftover in &existing {
             let lname = leftover.meta().name.clone().unwrap_or_default();
             let kept =
-                leftover.meta().labels.as_ref().and_then(|l| l.get(pd_core::render::LABEL_KV_SET)).is_some_and(|set| keep.contains(set));
+                leftover.meta().labels.as_ref().and_then(|l| l.get(pd_api::labels::LABEL_KV_SET)).is_some_and(|set| keep.contains(set));
             if !kept && !desired.iter().any(|d| d.meta().name.as_deref() == Some(lname.as_str())) {
                 self.metrics.write("delete", K::plural(&()).as_ref());
                 match api.delete(&lname, &DeleteParams::background()).await {
@@ -876,10 +878,10 @@ mod tests {
         pdd.metadata.namespace = Some("ns".into());
         let rendered = pd_core::render::render(&pdd, &pd_core::model::resolve(&pdd.spec.model, None), &RenderOptions::default()).unwrap();
         let mut pod =
-            rendered.pods().find(|p| p.metadata.labels.as_ref().unwrap()[pd_core::render::LABEL_ROLE] == "decode").unwrap().clone();
+            rendered.pods().find(|p| p.metadata.labels.as_ref().unwrap()[pd_api::labels::LABEL_ROLE] == "decode").unwrap().clone();
         let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        annotations.insert(pd_core::render::DRAINING_SINCE.into(), "2026-12-01T05:00:00Z".into());
-        annotations.insert(pd_core::handshake::RANK_MAP_ANNOTATION.into(), "[]".into());
+        annotations.insert(pd_api::labels::DRAINING_SINCE.into(), "2026-12-01T05:00:00Z".into());
+        annotations.insert(pd_api::labels::RANK_MAP_ANNOTATION.into(), "[]".into());
         annotations.insert("other".into(), "x".repeat(4096));
         let condition = |type_: &str, status: &str, reason: &str| k8s_openapi::api::core::v1::PodCondition {
             type_: type_.into(),
@@ -895,10 +897,10 @@ mod tests {
                 condition("PodScheduled", "False", "Unschedulable"),
                 condition("Initialized", "True", "Done"),
                 condition("Ready", "True", "Ready"),
-                condition(pd_core::handshake::HANDSHAKE_CONDITION, "False", "PageSizeMismatch"),
+                condition(pd_api::labels::HANDSHAKE_CONDITION, "False", "PageSizeMismatch"),
             ]),
             container_statuses: Some(vec![ContainerStatus {
-                name: pd_core::render::ENGINE_CONTAINER.into(),
+                name: pd_core::names::ENGINE_CONTAINER.into(),
                 image: "lmsysorg/sglang:v0.5.23".into(),
                 restart_count: 2,
                 last_state: Some(ContainerState {

@@ -26,9 +26,10 @@ use super::{Context, Error, planner, scale, status_delay, write_status};
 use pd_api::conditions::HasStatus;
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
+use pd_core::findings::Severity;
 use pd_core::model::ModelFacts;
 use pd_core::render::{self, KvSets, Rendered};
-use pd_core::validate::{self, Severity};
+use pd_core::validate;
 
 mod dryrun;
 mod model_config;
@@ -163,7 +164,7 @@ struct Pass<'a> {
     router_pod_sets: BTreeSet<String>,
     now: Time,
     /// A Hub source's `ModelConfigResolved` (`model_config`), and when to read it again.
-    model_config: Option<pd_core::hub::Resolution>,
+    model_config: Option<pd_core::model_read::Resolution>,
     retry: Option<Duration>,
     /// A cached Hub source's fetch (`model_fetch`).
     model_fetch: Option<pd_core::model_fetch::Fetch>,
@@ -196,8 +197,8 @@ impl<'a> Pass<'a> {
         for pod in &mine {
             if super::owned_by(&pod.metadata, &uid) {
                 observed.extend(ObservedPod::from_pod(pod));
-            } else if label(pod, render::LABEL_ROLE).as_deref() == Some(render::ROUTER_ROLE) {
-                router_pod_sets.insert(label(pod, render::LABEL_KV_SET).unwrap_or_default());
+            } else if label(pod, pd_api::labels::LABEL_ROLE).as_deref() == Some(pd_api::labels::ROUTER_ROLE) {
+                router_pod_sets.insert(label(pod, pd_api::labels::LABEL_KV_SET).unwrap_or_default());
             }
         }
         // The cache hands pods out in no fixed order; messages that list them must not churn.
@@ -281,7 +282,7 @@ impl<'a> Pass<'a> {
             self.known.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && c.message == text))
         };
         match unread {
-            Some(m) if !said(pd_core::hub::CONDITION, &m.message) => {
+            Some(m) if !said(pd_core::model_read::CONDITION, &m.message) => {
                 let type_ = if m.reason == pd_core::model_read::READING { EventType::Normal } else { EventType::Warning };
                 self.ctx.event(self.pdd, type_, &m.reason, "ReadModelConfig", m.message.clone()).await;
             }
@@ -325,7 +326,7 @@ impl<'a> Pass<'a> {
 
     /// The router Deployment, as the cache shows it.
     fn router_deployment(&self) -> Option<Arc<Deployment>> {
-        let wanted = render::router_name(&self.name);
+        let wanted = pd_core::names::router_name(&self.name);
         let deployments = self.ctx.stores.deployments.as_ref()?.children(self.owner());
         deployments.into_iter().find(|d| d.metadata.name.as_deref() == Some(wanted.as_str()))
     }
@@ -385,8 +386,8 @@ impl<'a> Pass<'a> {
         }
         let Some(pod) = step.pod else { return Ok(()) };
         let patch = serde_json::json!({
-            "metadata": {"annotations": {render::SIDECAR_UPDATED_AT: jiff::Timestamp::now().to_string()}},
-            "spec": {"initContainers": [{"name": render::SIDECAR_CONTAINER, "image": image}]},
+            "metadata": {"annotations": {pd_api::labels::SIDECAR_UPDATED_AT: jiff::Timestamp::now().to_string()}},
+            "spec": {"initContainers": [{"name": pd_core::names::SIDECAR_CONTAINER, "image": image}]},
         });
         let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         self.ctx.metrics.write("patch", "pods");
@@ -464,8 +465,8 @@ impl<'a> Pass<'a> {
         let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         let now = jiff::Timestamp::now().to_string();
         let patch = serde_json::json!({"metadata": {
-            "labels": {render::LABEL_SERVING: "false"},
-            "annotations": {render::DRAINING_SINCE: now},
+            "labels": {pd_api::labels::LABEL_SERVING: "false"},
+            "annotations": {pd_api::labels::DRAINING_SINCE: now},
         }});
         for pod in &d.pods {
             self.ctx.metrics.write("patch", "pods");
@@ -780,8 +781,8 @@ mod tests {
         let spec = qwen().0.clone().unwrap().spec;
         let mut first = log.lock().unwrap().clone();
         for (_, path, body) in first.iter_mut().filter(|(m, p, _)| m == "PATCH" && p.contains("/pods/")) {
-            let role = if body["metadata"]["labels"][render::LABEL_ROLE] == "prefill" { Role::Prefill } else { Role::Decode };
-            body["metadata"]["labels"][render::LABEL_REVISION] =
+            let role = if body["metadata"]["labels"][pd_api::labels::LABEL_ROLE] == "prefill" { Role::Prefill } else { Role::Decode };
+            body["metadata"]["labels"][pd_api::labels::LABEL_REVISION] =
                 render::legacy_role_revision(&spec, role, "pd-operator:0.1.0").unwrap().into();
             for c in body["spec"]["initContainers"].as_array_mut().into_iter().flatten() {
                 c["image"] = "pd-operator:0.1.0".into();
@@ -801,8 +802,8 @@ mod tests {
         let mut odd = first.clone();
         let pod = odd
             .iter_mut()
-            .find(|(m, p, b)| m == "PATCH" && p.contains("/pods/") && b["metadata"]["labels"][render::LABEL_ROLE] == "prefill");
-        pod.unwrap().2["metadata"]["labels"][render::LABEL_REVISION] = "0000000000".into();
+            .find(|(m, p, b)| m == "PATCH" && p.contains("/pods/") && b["metadata"]["labels"][pd_api::labels::LABEL_ROLE] == "prefill");
+        pod.unwrap().2["metadata"]["labels"][pd_api::labels::LABEL_REVISION] = "0000000000".into();
         let (client, log) = scripted_api();
         reconcile(qwen(), context(client, stores_from(&odd))).await.unwrap();
         assert_eq!(updated(&log.lock().unwrap()), (Some(1), Some(2)), "an unknown revision is not the current one");

@@ -7,7 +7,6 @@ use kube::api::{Api, Patch, PatchParams};
 
 use pd_api::{PDRole, Role};
 use pd_core::plan::ObservedPod;
-use pd_core::render;
 use pd_core::scaling::{self, Asked, Scaled};
 
 use super::cache::Owner;
@@ -39,7 +38,7 @@ pub(super) async fn write_status(ctx: &Context, owner: Owner<'_>, scaled: &Scale
         let Some(target) = targets.iter().find(|t| t.metadata.name.as_deref() == Some(target_name.as_str())) else { continue };
         let present: std::collections::BTreeSet<u32> =
             observed.iter().filter(|p| p.role == role && !p.deleting).map(|p| p.instance).collect();
-        let selector = render::role_leader_selector(name, role).to_string();
+        let selector = pd_core::names::role_leader_selector(name, role).to_string();
         let next = scaling::role_status(scaled, role, u32::try_from(present.len()).unwrap_or(u32::MAX), selector);
         if target.status.as_ref() == Some(&next) {
             continue;

@@ -22,8 +22,8 @@ use tracing::{Instrument, info, info_span, warn};
 
 use pd_api::RankTargets;
 use pd_api::conditions::{HasStatus, Status};
+use pd_api::labels::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use pd_core::handshake::core::{DecodeTopology, RankMapping};
-use pd_core::handshake::{HANDSHAKE_CONDITION, RANK_MAP_ANNOTATION};
 use pd_runtime::http_client;
 use pd_runtime::probe::{self, Verdict};
 

@@ -25,7 +25,7 @@ use tower::ServiceExt;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::model_config;
-use pd_core::hub::ConfigSource;
+use pd_core::model_read::ConfigSource;
 use tls::CertSource;
 
 /// The most a ConfigMap lookup may take of an admission review.

@@ -9,10 +9,12 @@ use serde_json::Value;
 
 use pd_api::PDDeployment;
 use pd_core::egress::EgressPolicy;
-use pd_core::hub::{self, CONFIG_FILE, ConfigSource};
+use pd_core::findings::Severity;
+use pd_core::hub::CONFIG_FILE;
 use pd_core::model::{self, HfConfig};
+use pd_core::model_read::ConfigSource;
 use pd_core::model_read::SourceRead;
-use pd_core::validate::{self, Severity};
+use pd_core::validate;
 
 /// Largest AdmissionReview accepted: an UPDATE carries the object twice, and a PDDeployment is
 /// a few KiB (its templates included), far below this.
@@ -72,7 +74,7 @@ impl Review {
         if self.namespace_mismatch().is_some() {
             return None;
         }
-        Some((self.request.namespace.clone().unwrap_or_default(), hub::config_source(&pdd.spec.model)))
+        Some((self.request.namespace.clone().unwrap_or_default(), pd_core::model_read::config_source(&pdd.spec.model)))
     }
 
     /// Why the object's `metadata.namespace` is not the request's, if it is not: the apiserver
@@ -124,7 +126,7 @@ impl Review {
                 f.severity = Severity::Warning;
             }
         }
-        let line = validate::Finding::to_string;
+        let line = pd_core::findings::Finding::to_string;
         let errors: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Error).map(line).collect();
         let mut warnings: Vec<String> = findings.iter().filter(|f| f.severity == Severity::Warning).map(line).collect();
         if req.operation == Operation::Update

@@ -102,7 +102,7 @@ async fn fetch(t: &Target) -> Result<PodMetrics, ScrapeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pd_core::render::{LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_ROLE};
+    use pd_api::labels::{LABEL_INSTANCE, LABEL_NODE_RANK, LABEL_ROLE};
 
     fn pod(role: &str, rank: &str, ready: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

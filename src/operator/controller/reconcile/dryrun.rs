@@ -11,7 +11,7 @@ use tracing::info;
 use pd_api::{DryRunPolicy, EngineVerification};
 use pd_core::dryrun::{self, Gate, Reading};
 use pd_core::plan::{DeleteReason, Plan};
-use pd_core::render::{self, Rendered};
+use pd_core::render::Rendered;
 use pd_core::status;
 
 use super::{Error, Pass};
@@ -118,8 +118,10 @@ impl Pass<'_> {
     /// Deletes the PDDeployment's dry-run pods but `keep` (the one under way).
     async fn clean_up(&self, keep: Option<&str>) -> Result<(), Error> {
         let pods = self.ctx.stores.pods.children(self.owner());
-        let role = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(render::LABEL_ROLE)).cloned();
-        for pod in pods.iter().filter(|p| role(p).as_deref() == Some(dryrun::DRY_RUN_ROLE) && p.metadata.deletion_timestamp.is_none()) {
+        let role = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(pd_api::labels::LABEL_ROLE)).cloned();
+        for pod in
+            pods.iter().filter(|p| role(p).as_deref() == Some(pd_core::names::DRY_RUN_ROLE) && p.metadata.deletion_timestamp.is_none())
+        {
             let name = pod.metadata.name.clone().unwrap_or_default();
             if keep != Some(name.as_str()) {
                 self.delete_pod(&name).await?;

@@ -19,9 +19,9 @@ use tracing::info;
 
 use crate::model_config;
 use pd_api::{ConfigMapKeyRef, PDDeployment};
-use pd_core::hub::{self, ConfigSource, Resolution};
 use pd_core::model::HfConfig;
 use pd_core::model_read::{self, ReadState, SourceRead};
+use pd_core::model_read::{ConfigSource, Resolution};
 
 use super::super::cache::Owner;
 use super::super::{Context, Error};
@@ -52,7 +52,7 @@ impl ModelConfig {
 
 /// Reads the model's config: `configMapRef`, else the source's (kept, or read by its Job).
 pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<ModelConfig, Error> {
-    match hub::config_source(&pdd.spec.model) {
+    match pd_core::model_read::config_source(&pdd.spec.model) {
         ConfigSource::ConfigMap(r) => Ok(ModelConfig::of(config_map_ref(ctx, ns, &r).await?)),
         ConfigSource::Read(read) => source(ctx, pdd, ns, &read).await,
         ConfigSource::Catalogue => Ok(ModelConfig::of(Ok(None))),
@@ -62,14 +62,14 @@ pub(super) async fn read(ctx: &Context, pdd: &PDDeployment, ns: &str) -> Result<
 /// The config.json kept for `origin` (the cache's ConfigMap, read from the same URL or volume file).
 fn kept(ctx: &Context, pdd: &PDDeployment, ns: &str, origin: &str) -> Option<(String, HfConfig)> {
     let (name, uid) = (pdd.metadata.name.as_deref()?, pdd.metadata.uid.as_deref()?);
-    let cm_name = hub::config_map_name(name);
+    let cm_name = pd_core::model_read::config_map_name(name);
     let cms = ctx.stores.config_maps.as_ref()?.children(Owner { ns, name, uid });
-    cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| hub::kept(cm, origin))
+    cms.iter().find(|cm| cm.metadata.name.as_deref() == Some(cm_name.as_str())).and_then(|cm| pd_core::model_read::kept(cm, origin))
 }
 
 /// A source's config.json: kept, else read by its Job.
 async fn source(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &SourceRead) -> Result<ModelConfig, Error> {
-    let cm_name = hub::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
+    let cm_name = pd_core::model_read::config_map_name(pdd.metadata.name.as_deref().unwrap_or_default());
     let state = match kept(ctx, pdd, ns, &read.origin) {
         Some((text, _)) => ReadState::Read(text),
         None => read_with_job(ctx, pdd, ns, read).await?,
@@ -88,7 +88,7 @@ async fn source(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &SourceRead) 
                 config: Ok(Some(config)),
                 resolution: Some(Resolution::read(read, &cm_name)),
                 unresolved: None,
-                keep: Some(hub::config_map(pdd, &read.origin, &text)),
+                keep: Some(pd_core::model_read::config_map(pdd, &read.origin, &text)),
             },
             Err(e) => unread(model_read::NOT_READ, format!("{}: {e}", read.origin), READ_AGAIN),
         },
@@ -154,7 +154,11 @@ impl Pass<'_> {
     /// An Event when `ModelConfigResolved` turns True.
     pub(super) async fn announce_model_config(&self) {
         let Some(r) = self.model_config.as_ref().filter(|r| r.resolved) else { return };
-        let was = self.known.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == hub::CONDITION)).map(HasStatus::is_true);
+        let was = self
+            .known
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == pd_core::model_read::CONDITION))
+            .map(HasStatus::is_true);
         if was != Some(true) {
             self.ctx.event(self.pdd, EventType::Normal, "ModelConfigResolved", "ReadModelConfig", r.message.clone()).await;
         }

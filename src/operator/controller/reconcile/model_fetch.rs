@@ -58,7 +58,7 @@ impl Pass<'_> {
         let listed = pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"))).await?;
         let Some(progress) = model_fetch::final_progress(&listed.items) else { return Ok(()) };
         let text = progress.to_json();
-        let patch = serde_json::json!({"metadata": {"annotations": {model_fetch::PROGRESS_ANNOTATION: text}}});
+        let patch = serde_json::json!({"metadata": {"annotations": {pd_api::labels::FETCH_PROGRESS_ANNOTATION: text}}});
         let api: Api<Job> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         self.ctx.metrics.write("patch", "jobs");
         let params = PatchParams { field_manager: Some(super::super::FIELD_MANAGER.into()), ..Default::default() };
@@ -67,7 +67,7 @@ impl Pass<'_> {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
-        job.metadata.annotations.get_or_insert_with(Default::default).insert(model_fetch::PROGRESS_ANNOTATION.into(), text);
+        job.metadata.annotations.get_or_insert_with(Default::default).insert(pd_api::labels::FETCH_PROGRESS_ANNOTATION.into(), text);
         Ok(())
     }
 

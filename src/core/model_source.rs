@@ -6,12 +6,9 @@ use k8s_openapi::api::core::v1::{
     VolumeMount,
 };
 
+use crate::hub::requested_revision;
+use crate::names::{MODEL_MOUNT, MODEL_VOLUME};
 use pd_api::{ModelSource, ModelSpec};
-
-/// Where a mounted model source appears in every engine container.
-pub const MODEL_MOUNT: &str = "/models";
-/// The engine pod's volume holding the weights.
-pub const MODEL_VOLUME: &str = "model";
 
 /// `--model-path`: the mounted directory, the Hub repository (its directory in the cache when
 /// it has one), or `path` without a source.
@@ -33,11 +30,6 @@ pub fn model_path(model: &ModelSpec) -> String {
 /// `--served-model-name`: `servedName`, else `path` where a source took `--model-path` over.
 pub fn served_name(model: &ModelSpec) -> Option<String> {
     model.served_name.clone().or_else(|| model.source.as_ref().map(|_| model.path.clone()))
-}
-
-/// The revision the spec asks for: the Hub source's, else `model.revision`.
-pub fn requested_revision(model: &ModelSpec) -> Option<String> {
-    model.source.as_ref().and_then(|s| s.hugging_face.as_ref()).and_then(|h| h.revision.clone()).or_else(|| model.revision.clone())
 }
 
 /// `--revision`: the requested one; none for a cached Hub source (its directory is that revision).

@@ -91,7 +91,7 @@ fn check_spec(spec: PDDeploymentSpec, name: String) -> Result<(), TestCaseError>
         prop_assert!(rendered.to_yaml().is_ok());
         // Host names fit a DNS label in every KV set a rollout names, the last one included.
         let opts = RenderOptions::default();
-        let last = pd_core::render::NAMED_KV_SETS;
+        let last = pd_core::names::NAMED_KV_SETS;
         let sets = pd_core::render::KvSets { target: last, routed: last };
         let intent = pd_core::render::Intent::new(&spec, &facts, &opts).unwrap();
         let surged = pd_core::render::render_sets(&pdd, &facts, &intent, &opts, sets);

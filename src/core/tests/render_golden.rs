@@ -7,6 +7,11 @@ use pd_core::manifest;
 use pd_core::model;
 use pd_core::render::{self, RenderOptions, Rendered};
 
+/// A path of the repository (this suite runs in `src/core`).
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+}
+
 fn rendered(example: &str) -> Rendered {
     let opts = RenderOptions {
         operator_image: "pd-operator:test".into(),
@@ -19,7 +24,7 @@ fn rendered(example: &str) -> Rendered {
 }
 
 fn rendered_with(example: &str, opts: &RenderOptions) -> Rendered {
-    let loaded = manifest::load_files(&[PathBuf::from(format!("examples/{example}"))]).unwrap();
+    let loaded = manifest::load_files(&[repo(&format!("examples/{example}"))]).unwrap();
     let pdd: &PDDeployment = &loaded.deployments[0].object;
     render::render(pdd, &model::resolve(&pdd.spec.model, None), opts).unwrap()
 }
@@ -31,7 +36,7 @@ fn argv_of(r: &Rendered, pod: &str) -> String {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = Path::new("tests/golden").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(&path, actual).unwrap();
     }
@@ -113,7 +118,7 @@ fn sim_engine_runs_the_same_flags_under_another_program() {
 
 #[test]
 fn a_spec_change_changes_only_that_roles_revision() {
-    let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
+    let loaded = manifest::load_files(&[repo("examples/deepseek-v3-dcp.yaml")]).unwrap();
     let mut spec = loaded.deployments[0].object.spec.clone();
     let opts = RenderOptions::default();
     let before = (render::role_revision(&spec, pd_api::Role::Prefill, &opts), render::role_revision(&spec, pd_api::Role::Decode, &opts));
@@ -167,7 +172,7 @@ fn prefill_leaders_carry_the_bootstrap_port_smg_discovery_reads() {
 
 #[test]
 fn scaling_leaves_the_router_untouched() {
-    let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
+    let loaded = manifest::load_files(&[repo("examples/deepseek-v3-dcp.yaml")]).unwrap();
     let mut pdd: PDDeployment = loaded.deployments[0].object.clone();
     let facts = model::resolve(&pdd.spec.model, None);
     let opts = RenderOptions::default();
@@ -187,7 +192,7 @@ fn every_example_renders_argv_each_release_parses() {
     use pd_core::release::Release;
     use pd_core::sglang_args::{OptionMatch, match_option};
     let mut checked = 0;
-    for entry in std::fs::read_dir("examples").unwrap() {
+    for entry in std::fs::read_dir(repo("examples")).unwrap() {
         let path = entry.unwrap().path();
         let loaded = manifest::load_files(std::slice::from_ref(&path)).unwrap();
         for d in &loaded.deployments {
@@ -222,7 +227,7 @@ fn every_example_renders_argv_each_release_parses() {
 #[test]
 fn attention_dp_is_spelled_as_each_release_reads_it() {
     let argv = |version: &str| {
-        let loaded = manifest::load_files(&[PathBuf::from("examples/deepseek-v3-dcp.yaml")]).unwrap();
+        let loaded = manifest::load_files(&[repo("examples/deepseek-v3-dcp.yaml")]).unwrap();
         let mut pdd = loaded.deployments[0].object.clone();
         pdd.spec.engine.version = Some(version.into());
         pdd.spec.decode.parallelism.attn_dp = 2;
@@ -268,12 +273,12 @@ fn the_operators_image_shapes_no_engine_pod_but_the_sidecar() {
 fn the_revisions_pd_operator_0_1_0_gave_are_reproduced_for_adoption() {
     // `pd-operator render -f examples/qwen3-gqa.yaml` of 0.1.0 (commit ad768bb) labelled the
     // prefill pods 6573fb4acf and the decode pods 7f0ace4ab4, with its default image.
-    let loaded = manifest::load_files(&[PathBuf::from("examples/qwen3-gqa.yaml")]).unwrap();
+    let loaded = manifest::load_files(&[repo("examples/qwen3-gqa.yaml")]).unwrap();
     let spec = &loaded.deployments[0].object.spec;
     let legacy = |role| render::legacy_role_revision(spec, role, "pd-operator:0.1.0");
     assert_eq!(legacy(pd_api::Role::Prefill).as_deref(), Some("6573fb4acf"));
     assert_eq!(legacy(pd_api::Role::Decode).as_deref(), Some("7f0ace4ab4"));
     assert_ne!(legacy(pd_api::Role::Prefill), Some(render::role_revision(spec, pd_api::Role::Prefill, &RenderOptions::default())));
-    let sim = &manifest::load_files(&[PathBuf::from("examples/sim-demo.yaml")]).unwrap().deployments[0].object.spec;
+    let sim = &manifest::load_files(&[repo("examples/sim-demo.yaml")]).unwrap().deployments[0].object.spec;
     assert_eq!(render::legacy_role_revision(sim, pd_api::Role::Decode, "pd-operator:0.1.0"), None, "a sim engine's image changed");
 }

@@ -2,8 +2,9 @@
 
 use k8s_openapi::api::core::v1::EnvVar;
 use pd_api::{AllocationPolicy, AttentionKind, CpStrategy, KvCacheDtype, PDDeploymentSpec, TransferBackend};
+use pd_core::findings::{Finding, Severity};
 use pd_core::model::HfConfig;
-use pd_core::validate::{Finding, Severity, validate};
+use pd_core::validate::validate;
 
 fn base(model: &str) -> PDDeploymentSpec {
     serde_json::from_value(serde_json::json!({
