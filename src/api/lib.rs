@@ -25,7 +25,7 @@ pub use autoscaling::{
 };
 use limits::{MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE, MAX_ROUTER_REPLICAS};
 pub use recovery::{InstanceRecovery, RecoverySpec};
-pub use scaling::{PDRole, PDRoleSpec, PDRoleStatus, RatioBand, RoleLimits, RoleName, ScalingSpec, role_object_name};
+pub use scaling::{PDRole, PDRoleSpec, PDRoleStatus, RatioBand, RoleLimits, ScalingSpec, role_object_name};
 
 /// The group and version are written once, as macros, so `API_VERSION` can be joined at compile time.
 macro_rules! group {
@@ -490,10 +490,11 @@ flag_enum!(
     } default CacheAware
 );
 
-/// The two engine roles of a PD deployment.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// The two engine roles of a PD deployment, as the API spells them (`prefill`, `decode`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    #[default]
     Prefill,
     Decode,
 }

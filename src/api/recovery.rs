@@ -5,8 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::Role;
 use crate::limits::{MAX_RECOVERY_WINDOW_SECONDS, MAX_RESTARTS};
-use crate::{Role, RoleName};
 
 /// How often one instance may be recreated (a pod Failed or gone, or an engine container of a
 /// multi-node instance restarted) before the operator leaves it down. Recreations of one
@@ -45,7 +45,7 @@ fn default_window_seconds() -> i32 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceRecovery {
-    pub role: RoleName,
+    pub role: Role,
     pub instance: u32,
     /// Recreations since `windowStart`.
     pub count: u32,
@@ -64,6 +64,6 @@ pub struct InstanceRecovery {
 impl InstanceRecovery {
     /// Whether this entry is about `role`'s instance `instance`.
     pub fn is(&self, role: Role, instance: u32) -> bool {
-        self.role == RoleName::from(role) && self.instance == instance
+        self.role == role && self.instance == instance
     }
 }

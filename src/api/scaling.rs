@@ -104,31 +104,12 @@ impl Default for RoleLimits {
 #[serde(rename_all = "camelCase")]
 pub struct PDRoleSpec {
     /// `prefill` or `decode`; set by the operator.
-    pub role: RoleName,
+    pub role: Role,
     /// Instances of the role asked for (the `/scale` subresource's replicas). Removing the field
     /// hands the count back to the PDDeployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::limits::MAX_INSTANCES))]
     pub replicas: Option<i32>,
-}
-
-/// `Role` as the `PDRole` spec spells it.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
-pub enum RoleName {
-    #[default]
-    #[serde(rename = "prefill")]
-    Prefill,
-    #[serde(rename = "decode")]
-    Decode,
-}
-
-impl From<Role> for RoleName {
-    fn from(r: Role) -> Self {
-        match r {
-            Role::Prefill => RoleName::Prefill,
-            Role::Decode => RoleName::Decode,
-        }
-    }
 }
 
 /// Observed state of a role, written only by the controller.

@@ -4,7 +4,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use pd_api::{InstanceRecovery, RecoverySpec, Role, RoleName};
+use pd_api::{InstanceRecovery, RecoverySpec, Role};
 
 /// The first recreation in a window goes at once; the next waits this long after the last, and
 /// each one after twice as long as the one before, up to `BACKOFF_MAX`.
@@ -83,7 +83,7 @@ impl Budget {
             }
             None => {
                 entries.push(InstanceRecovery {
-                    role: RoleName::from(role),
+                    role,
                     instance,
                     count: 1,
                     window_start: at.clone(),
@@ -94,7 +94,7 @@ impl Budget {
                 1
             }
         };
-        entries.sort_by_key(|e| (crate::scaling::role_of(e.role), e.instance));
+        entries.sort_by_key(|e| (e.role, e.instance));
         count
     }
 
@@ -216,7 +216,7 @@ mod tests {
         for (role, i) in [(Role::Decode, 0), (Role::Prefill, 2), (Role::Prefill, 1)] {
             b.record(&mut entries, role, i, "x", now());
         }
-        let order: Vec<(RoleName, u32)> = entries.iter().map(|e| (e.role, e.instance)).collect();
-        assert_eq!(order, [(RoleName::Prefill, 1), (RoleName::Prefill, 2), (RoleName::Decode, 0)]);
+        let order: Vec<(Role, u32)> = entries.iter().map(|e| (e.role, e.instance)).collect();
+        assert_eq!(order, [(Role::Prefill, 1), (Role::Prefill, 2), (Role::Decode, 0)]);
     }
 }

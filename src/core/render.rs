@@ -167,7 +167,7 @@ fn scale_targets(spec: &PDDeploymentSpec, name: &str, ns: &str, owners: &Option<
     [Role::Prefill, Role::Decode]
         .map(|role| PDRole {
             metadata: meta(pd_api::role_object_name(name, role), ns, common_labels(name, role.as_str()), owners),
-            spec: PDRoleSpec { role: role.into(), replicas: Some(i32::try_from(spec.instances(role)).unwrap_or(i32::MAX)) },
+            spec: PDRoleSpec { role, replicas: Some(i32::try_from(spec.instances(role)).unwrap_or(i32::MAX)) },
             status: None,
         })
         .into()

@@ -8,7 +8,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use pd_api::conditions::HasStatus;
-use pd_api::{PDDeploymentSpec, PDDeploymentStatus, PDRole, PDRoleStatus, Role, RoleLimits, RoleName};
+use pd_api::{PDDeploymentSpec, PDDeploymentStatus, PDRole, PDRoleStatus, Role, RoleLimits};
 
 /// The PDDeployment condition telling whether a count asked for was clamped.
 pub const SCALING_LIMITED: &str = "ScalingLimited";
@@ -262,18 +262,11 @@ pub fn ask_of(target: &PDRole, ours: &str) -> Option<Ask> {
 /// (server-side apply then leaves that manager's value alone).
 pub fn yield_replicas(targets: &mut [PDRole], scaled: &Scaled) {
     for target in targets {
-        let ask = scaled.ask(role_of(target.spec.role));
+        let ask = scaled.ask(target.spec.role);
         target.spec.replicas = match ask.source {
             Source::Deployment => Some(i32::try_from(ask.count).unwrap_or(i32::MAX)),
             Source::Role { .. } => None,
         };
-    }
-}
-
-pub fn role_of(name: RoleName) -> Role {
-    match name {
-        RoleName::Prefill => Role::Prefill,
-        RoleName::Decode => Role::Decode,
     }
 }
 
@@ -465,7 +458,7 @@ mod tests {
         let s = spec(2, (1, 1));
         let scaled = scale(&s, &Asked { decode: Some(ask), prefill: None });
         let mut targets =
-            vec![target.clone(), PDRole { spec: pd_api::PDRoleSpec { role: RoleName::Prefill, replicas: None }, ..target.clone() }];
+            vec![target.clone(), PDRole { spec: pd_api::PDRoleSpec { role: Role::Prefill, replicas: None }, ..target.clone() }];
         yield_replicas(&mut targets, &scaled);
         assert_eq!(targets[0].spec.replicas, None, "the operator does not assert a count another manager owns");
         assert_eq!(targets[1].spec.replicas, Some(2), "it asserts the PDDeployment's ask where it drives the role");

@@ -661,7 +661,7 @@ mod tests {
         let held = "pod x-prefill-0-1 is Failed; prefill instance 0 is left down: recreated 5 times".to_owned();
         let served = PDDeploymentStatus { prefill: RoleStatus { ready_replicas: 1, ..Default::default() }, ..Default::default() };
         let entry = pd_api::InstanceRecovery {
-            role: pd_api::RoleName::Prefill,
+            role: pd_api::Role::Prefill,
             instance: 0,
             count: 5,
             window_start: Time(jiff::Timestamp::UNIX_EPOCH),
