@@ -1305,7 +1305,7 @@ fn a_config_map_ref_to_nothing_is_a_finding_that_names_it() {
 /// until it completes (`ModelReady`); two PDDeployments of one revision naming one claim share
 /// one Job; the engines mount the claim read-only where `--model-path` points. kwok runs no
 /// container: the stage `pd-model-fetch-modelled` ends the fetch pod with the fetch's report,
-/// as the real `pd-operator fetch-model` does (tests/fetch_model.rs runs that one for real).
+/// as the real `pd-operator fetch-model` does (tests/model_fetch.rs runs that one for real).
 #[test]
 fn a_cached_hub_source_is_fetched_once_before_any_engine_pod() {
     use common::hub::{HubStandIn, fixtures, seeded, spec};

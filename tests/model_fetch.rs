@@ -321,7 +321,7 @@ fn a_missing_file_stops_the_fetch_naming_the_file_and_the_status() {
     assert!(stderr.contains("/api/models/acme/none/revision/main: HTTP 404 for the revision main of acme/none"), "{stderr}");
 }
 
-/// The figure in docs/benchmarks.md: `cargo test --release --test fetch_model -- --ignored --nocapture`.
+/// The figure in docs/benchmarks.md: `cargo test --release --test model_fetch -- --ignored --nocapture`.
 #[test]
 #[ignore = "a benchmark: 200 MB through the stand-in Hub"]
 fn bench_fetch_200mb() {

@@ -57,10 +57,10 @@ pub enum Command {
     Controller(Box<ControllerArgs>),
     /// Download a Hugging Face repository at a revision into a directory, resumable and checked
     /// (what the fetch Job of `spec.model.source.huggingFace.cache` runs).
-    FetchModel(crate::fetch_model::FetchModelArgs),
+    FetchModel(crate::model_fetch::FetchModelArgs),
     /// Read a model's config.json and write it where the operator reads it (what the Job reading
     /// a `pvc`, `image` or `hostPath` source's config.json runs).
-    ReadModelConfig(crate::read_model_config::ReadModelConfigArgs),
+    ReadModelConfig(crate::model_read::ReadModelConfigArgs),
 }
 
 #[derive(Args, Debug)]
@@ -248,8 +248,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Handshake(HandshakeCommand::Check(args)) => run_check(args),
         Command::Handshake(HandshakeCommand::Run(args)) => run_sidecar(args),
         Command::Controller(args) => run_controller(*args),
-        Command::FetchModel(args) => crate::fetch_model::run(args),
-        Command::ReadModelConfig(args) => crate::read_model_config::run(&args),
+        Command::FetchModel(args) => crate::model_fetch::run(args),
+        Command::ReadModelConfig(args) => crate::model_read::run(&args),
     }
 }
 

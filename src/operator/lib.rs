@@ -3,8 +3,7 @@
 
 pub mod cli;
 pub mod controller;
-pub mod fetch_model;
 pub mod handshake;
-pub mod model_config;
-pub mod read_model_config;
+pub mod model_fetch;
+pub mod model_read;
 pub mod webhook;

@@ -1,5 +1,5 @@
 //! `pd-operator fetch-model`: what the fetch Job of a cached Hugging Face source runs
-//! (`pd_core::model_fetch` renders it). pd-runtime's `hub_fetch` downloads; this reports the
+//! (`pd_core::model_fetch` renders it). pd-runtime's `model_fetch` downloads; this reports the
 //! progress where the operator reads it: the Job's annotation (patched every `--report-every`
 //! seconds, with the Job's own ServiceAccount, which may patch only that Job), the termination
 //! message at the end, and optionally a file. The progress carries the commit the revision was
@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use pd_api::labels::FETCH_PROGRESS_ANNOTATION;
 use pd_core::model_fetch::Progress;
-use pd_runtime::hub_fetch::{self, FetchSpec};
+use pd_runtime::model_fetch::{self as download, FetchSpec};
 
 #[derive(Args, Debug)]
 pub struct FetchModelArgs {
@@ -49,7 +49,7 @@ pub struct FetchModelArgs {
     #[arg(long, default_value_t = 5)]
     pub report_every: u64,
     /// Files downloaded at once.
-    #[arg(long, default_value_t = hub_fetch::DEFAULT_PARALLEL, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = download::DEFAULT_PARALLEL, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub parallel: u16,
 }
 
@@ -90,7 +90,7 @@ async fn fetch(args: FetchModelArgs) -> ExitCode {
     };
     let result = async {
         spec.revision = pin(&spec, job.as_ref(), args.progress_file.as_ref()).await?;
-        hub_fetch::fetch(&spec, &mut on_progress).await
+        download::fetch(&spec, &mut on_progress).await
     }
     .await;
     reporter.abort();
@@ -118,13 +118,13 @@ async fn fetch(args: FetchModelArgs) -> ExitCode {
 /// of the Job resolved (its progress annotation, or the progress file), else the revision resolved
 /// now and published before any file is written, so a retry after the branch moved fetches the
 /// same commit and never mixes the files of two.
-async fn pin(spec: &FetchSpec, job: Option<&(Api<Job>, String)>, file: Option<&PathBuf>) -> Result<String, hub_fetch::FetchError> {
-    hub_fetch::check_spec(spec)?;
+async fn pin(spec: &FetchSpec, job: Option<&(Api<Job>, String)>, file: Option<&PathBuf>) -> Result<String, download::FetchError> {
+    download::check_spec(spec)?;
     if let Some(commit) = earlier_commit(job, file).await {
         info!(revision = %spec.revision, commit, "fetching the commit an earlier attempt of this Job resolved");
         return Ok(commit);
     }
-    let commit = hub_fetch::resolve(spec).await?;
+    let commit = download::resolve(spec).await?;
     info!(revision = %spec.revision, commit, "resolved the revision");
     publish(job, file, &Progress { commit: Some(commit.clone()), ..Default::default() }).await;
     Ok(commit)

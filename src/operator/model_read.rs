@@ -4,6 +4,8 @@
 //! `tokenSecretRef` names), checks it is a model config, and writes it (or why it could not) as
 //! the pod's termination message, where the controller reads it.
 
+pub mod kept;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

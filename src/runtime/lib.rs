@@ -4,8 +4,8 @@
 
 pub mod http_client;
 pub mod hub;
-pub mod hub_fetch;
 pub mod kube_client;
+pub mod model_fetch;
 pub mod probe;
 pub mod prometheus;
 pub mod shutdown;

@@ -32,8 +32,8 @@ use pd_core::render::{self, KvSets, Rendered};
 use pd_core::validate;
 
 mod dryrun;
-mod model_config;
 mod model_fetch;
+mod model_read;
 
 pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let pdd = match &guard.0 {
@@ -63,7 +63,7 @@ pub(super) async fn reconcile(guard: Arc<DeserializeGuard<PDDeployment>>, ctx: A
         // memory before the first is created.
         problems.extend(pd_core::bounds::pod_limit(&effective.spec, ctx.max_pods).map(|f| f.to_string()));
         if !problems.is_empty() {
-            model_config::keep_refused(&ctx, &ns, &model).await?;
+            model_read::keep_refused(&ctx, &ns, &model).await?;
             return Pass::observe(&ctx, pdd, ns, name, uid).await?.with_model_config(&model).report_invalid(problems).await;
         }
         // Every pod is rendered in memory from here to the end of the pass: the object's share
@@ -121,12 +121,12 @@ async fn read_and_validate(
     pdd: &PDDeployment,
     ns: &str,
     name: &str,
-) -> Result<(ModelFacts, Vec<String>, model_config::ModelConfig), Error> {
+) -> Result<(ModelFacts, Vec<String>, model_read::ModelConfig), Error> {
     let refused: Vec<String> = ctx.egress.check(&pdd.spec).iter().map(ToString::to_string).collect();
     if !refused.is_empty() {
-        return Ok((pd_core::model::resolve(&pdd.spec.model, None), refused, model_config::ModelConfig::of(Ok(None))));
+        return Ok((pd_core::model::resolve(&pdd.spec.model, None), refused, model_read::ModelConfig::of(Ok(None))));
     }
-    let model = model_config::read(ctx, pdd, ns).await?;
+    let model = model_read::read(ctx, pdd, ns).await?;
     let config = &model.config;
     let facts = pd_core::model::resolve(&pdd.spec.model, config.as_ref().ok().and_then(Option::as_ref));
     if let Some((problem, _)) = &model.unresolved {

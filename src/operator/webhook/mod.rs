@@ -24,7 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::model_config;
+use crate::model_read::kept;
 use pd_core::model_read::ConfigSource;
 use tls::CertSource;
 
@@ -127,10 +127,10 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
         // read by a Job in the namespace (`model_read`) and judged here once the controller kept it.
         let (config, unread) = match admission.config_source() {
             Some((ns, ConfigSource::ConfigMap(r))) => {
-                (model_config::config_map(&state.client, &ns, &r, LOOKUP_TIMEOUT).await.map(Some).map_err(|e| e.to_string()), None)
+                (kept::config_map(&state.client, &ns, &r, LOOKUP_TIMEOUT).await.map(Some).map_err(|e| e.to_string()), None)
             }
             Some((ns, ConfigSource::Read(read))) => {
-                match model_config::kept(&state.client, &ns, &admission.name(), &read.origin, LOOKUP_TIMEOUT).await {
+                match kept::kept(&state.client, &ns, &admission.name(), &read.origin, LOOKUP_TIMEOUT).await {
                     Some(config) => (Ok(Some(config)), None),
                     None => (Ok(None), Some(review::unread(&read))),
                 }

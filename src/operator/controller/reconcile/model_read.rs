@@ -17,7 +17,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use tracing::info;
 
-use crate::model_config;
+use crate::model_read::kept;
 use pd_api::{ConfigMapKeyRef, PDDeployment};
 use pd_core::model::HfConfig;
 use pd_core::model_read::{self, ReadState, SourceRead};
@@ -136,7 +136,7 @@ async fn read_with_job(ctx: &Context, pdd: &PDDeployment, ns: &str, read: &Sourc
 /// The config.json of `spec.model.configMapRef`: `Ok(Err(why))` when the reference is wrong (a
 /// finding for the user), `Err` when the API did not answer (retried).
 async fn config_map_ref(ctx: &Context, ns: &str, r: &ConfigMapKeyRef) -> Result<Result<Option<HfConfig>, String>, Error> {
-    match model_config::config_map(&ctx.client, ns, r, FETCH_TIMEOUT).await {
+    match kept::config_map(&ctx.client, ns, r, FETCH_TIMEOUT).await {
         Ok(config) => Ok(Ok(Some(config))),
         Err(e) if e.transient() => Err(Error::ModelConfig(e)),
         Err(e) => Ok(Err(e.to_string())),
