@@ -222,6 +222,12 @@ fn hybrid_override(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> O
     HYBRID_SM100_BACKENDS.iter().find(|(a, _)| *a == arch).map(|(_, backend)| (*backend, None))
 }
 
+/// The page size a hybrid-state model's override forces on `role` (`hybrid_override`), if any:
+/// what SGLang's start-up checks of the role see before the backends' page constraints.
+pub fn overridden_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<u32> {
+    hybrid_override(spec, facts, role).and_then(|(_, page)| page)
+}
+
 /// `get_default_attn_backend`: fa3 on Hopper and trtllm_mha on SM100 for non-MLA models unless
 /// speculative decoding asks for top-k > 1 or a page size above 1 (`is_no_spec_infer_or_topk_one`),
 /// else flashinfer; MLA models fa3 on Hopper, flashinfer on SM100.
@@ -254,8 +260,7 @@ pub fn role_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role, r
     let uses = |backend: &str, phases: &[&Option<String>]| phases.iter().any(|b| b.as_deref() == Some(backend));
     let all = [&attention, &prefill, &decode];
     // The model overrides force their size first; the backends' constraints still apply after.
-    let hybrid_page = hybrid_override(spec, facts, role).and_then(|(_, page)| page);
-    let mut page = forced_page_size(facts).or(hybrid_page).or(requested);
+    let mut page = forced_page_size(facts).or(overridden_page_size(spec, facts, role)).or(requested);
     if uses("flashmla", &[&attention, &decode]) {
         page = Some(64);
     }
