@@ -719,6 +719,8 @@ pub(crate) mod tests {
     pub(crate) const NEMOTRON_H: &str = include_str!("../../tests/parity/configs/NemotronHForCausalLM.json");
     pub(crate) const FALCON_H1: &str = include_str!("../../tests/parity/configs/FalconH1ForCausalLM.json");
     pub(crate) const GRANITE_4_H: &str = include_str!("../../tests/parity/configs/GraniteMoeHybridForCausalLM.json");
+    pub(crate) const QWEN3_NEXT: &str = include_str!("../../tests/parity/configs/Qwen3NextForCausalLM.json");
+    pub(crate) const LFM2: &str = include_str!("../../tests/parity/configs/Lfm2ForCausalLM.json");
 
     #[test]
     fn published_mamba_hybrids_are_gqa_with_hybrid_state() {
@@ -737,8 +739,8 @@ pub(crate) mod tests {
         // Granite-4.0 without Mamba layers (granite-4.0-micro) is a plain GQA model.
         let dense = r#"{"architectures":["GraniteMoeHybridForCausalLM"],"model_type":"granitemoehybrid","layer_types":["attention","attention"]}"#;
         assert_eq!(state(dense), None);
-        let gdn = r#"{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","num_attention_heads":16,"num_key_value_heads":2}"#;
-        assert_eq!(state(gdn), Some(StateKind::Gdn));
+        assert_eq!(state(QWEN3_NEXT), Some(StateKind::Gdn));
+        assert_eq!(state(LFM2), Some(StateKind::Mamba2));
         // Qwen3.5's wrapper keeps the language model under `text_config`.
         let qwen35 = r#"{"architectures":["Qwen3_5MoeForConditionalGeneration"],"model_type":"qwen3_5_moe","text_config":{"model_type":"qwen3_5_moe_text"}}"#;
         assert_eq!(state(qwen35), Some(StateKind::Gdn));

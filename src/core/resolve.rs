@@ -666,7 +666,7 @@ mod tests {
 
     #[test]
     fn gdn_hybrids_on_b200_page_the_prefill_at_1() {
-        let qwen3_next = r#"{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","num_attention_heads":16,"num_key_value_heads":2}"#;
+        let qwen3_next = crate::model::tests::QWEN3_NEXT;
         // The prefill keeps its radix cache without extra buffer: triton and page 1; the PD
         // decode has no radix cache: trtllm_mha and page 64, whatever was asked.
         let (s, f) = hybrid_pair(qwen3_next, Accelerator::B200, Some(16), &[], &[]);

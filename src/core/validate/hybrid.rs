@@ -127,7 +127,7 @@ mod tests {
         out
     }
 
-    const LFM2: &str = r#"{"architectures":["Lfm2ForCausalLM"],"model_type":"lfm2","num_attention_heads":32,"num_key_value_heads":8}"#;
+    use crate::model::tests::LFM2;
 
     #[test]
     fn an_architecture_without_extra_buffer_pages_its_prefill_at_1() {
