@@ -208,8 +208,10 @@ fn hybrid_override(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> O
     }
     let speculative = value("speculative_algorithm").is_some();
     if arch == "NemotronHForCausalLM" {
+        // `is_attention_backend_not_set`: the phase backends must be unset too.
+        let phases_unset = value("prefill_attention_backend").is_none() && value("decode_attention_backend").is_none();
         let topk_one = value("speculative_eagle_topk").is_none_or(|k| k == "1");
-        return (speculative && !topk_one).then_some(("triton", None));
+        return (phases_unset && speculative && !topk_one).then_some(("triton", None));
     }
     if GDN_SM100_ARCHS.contains(&arch) {
         let radix = value("disable_radix_cache").is_none()
@@ -655,6 +657,11 @@ mod tests {
         let spec_topk = ["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "4"];
         let (s, f) = hybrid_pair(NEMOTRON_H, Accelerator::B200, Some(1), &spec_topk, &spec_topk);
         assert_eq!(pages(&s, &f), (1, Some(1)));
+        assert_eq!(attention_backends(&s, &f, Role::Decode)[0].as_deref(), Some("triton"));
+        // Not when a phase backend is set (`is_attention_backend_not_set`): SGLang's default then.
+        let phase = [&spec_topk[..], &["--decode-attention-backend", "flashinfer"]].concat();
+        let (s, f) = hybrid_pair(NEMOTRON_H, Accelerator::B200, Some(1), &phase, &phase);
+        assert_eq!(attention_backends(&s, &f, Role::Decode)[0].as_deref(), Some("flashinfer"));
         // An explicit attention backend is left alone: Falcon-H1 on trtllm_mha pages at 64.
         let trtllm = ["--attention-backend", "trtllm_mha"];
         let (s, f) = hybrid_pair(FALCON_H1, Accelerator::B200, Some(1), &trtllm, &trtllm);
