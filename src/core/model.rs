@@ -33,6 +33,67 @@ pub struct ArchTraits {
     pub dsa_by_default: bool,
 }
 
+/// The recurrent state a hybrid model keeps beside its KV cache, which SGLang holds in a
+/// hybrid linear pool (`HybridLinearKVPool`) and moves in PD as its `mamba` state type.
+/// SGLang's `configs/hybrid_arch.py` derives it from the config class, that is from
+/// `model_type`: `mamba2_config`, `hybrid_gdn_config`, `hybrid_kda_config`,
+/// `hybrid_lightning_config` (the same in 0.5.21, 0.5.22 and 0.5.23).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateKind {
+    /// Mamba / Mamba2 SSM layers (Nemotron-H, Falcon-H1, Granite-4.0-H, Mamba2, LFM2).
+    Mamba2,
+    /// Gated DeltaNet layers (Qwen3-Next, Qwen3.5).
+    Gdn,
+    /// Kimi delta attention (Kimi Linear, GLM-5-Next, Ling with `use_kda`).
+    Kda,
+    /// Lightning attention (Ling hybrids without `use_kda`).
+    Lightning,
+}
+
+impl std::fmt::Display for StateKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Mamba2 => "Mamba2",
+            Self::Gdn => "gated DeltaNet",
+            Self::Kda => "KDA",
+            Self::Lightning => "lightning attention",
+        })
+    }
+}
+
+/// The `model_type`s whose config class SGLang's `hybrid_arch.py` takes as hybrid state, the
+/// state they keep, and the architecture their checkpoints name (for a model known without its
+/// config.json). `granitemoehybrid` and `bailing_hybrid` depend on config fields
+/// (`HfConfig::state`); `minicpm_sala` (lightning when it has lightning layers) is not modelled.
+const STATE_MODEL_TYPES: &[(&str, StateKind, Option<&str>)] = &[
+    ("nemotron_h", StateKind::Mamba2, Some("NemotronHForCausalLM")),
+    ("nemotron_h_puzzle", StateKind::Mamba2, Some("NemotronHPuzzleForCausalLM")),
+    ("falcon_h1", StateKind::Mamba2, Some("FalconH1ForCausalLM")),
+    ("mamba2", StateKind::Mamba2, Some("Mamba2ForCausalLM")),
+    ("mamba", StateKind::Mamba2, Some("MambaForCausalLM")),
+    ("falcon_mamba", StateKind::Mamba2, Some("FalconMambaForCausalLM")),
+    ("lfm2", StateKind::Mamba2, Some("Lfm2ForCausalLM")),
+    ("lfm2_moe", StateKind::Mamba2, Some("Lfm2MoeForCausalLM")),
+    ("lfm2_vl", StateKind::Mamba2, None),
+    ("zaya", StateKind::Mamba2, Some("ZayaForCausalLM")),
+    ("qwen3_next", StateKind::Gdn, Some("Qwen3NextForCausalLM")),
+    ("qwen3_5", StateKind::Gdn, Some("Qwen3_5ForConditionalGeneration")),
+    ("qwen3_5_text", StateKind::Gdn, Some("Qwen3_5ForCausalLM")),
+    ("qwen3_5_moe", StateKind::Gdn, Some("Qwen3_5MoeForConditionalGeneration")),
+    ("qwen3_5_moe_text", StateKind::Gdn, Some("Qwen3_5MoeForCausalLM")),
+    ("intern_s2_preview", StateKind::Gdn, Some("InternS2PreviewForConditionalGeneration")),
+    ("jet_nemotron", StateKind::Gdn, Some("JetNemotronForCausalLM")),
+    ("jet_vlm", StateKind::Gdn, Some("JetVLMForConditionalGeneration")),
+    ("kimi_linear", StateKind::Kda, Some("KimiLinearForCausalLM")),
+    ("glm5_next", StateKind::Kda, Some("Glm5NextForConditionalGeneration")),
+];
+
+/// The state of a model known by its architecture alone: that of its published checkpoints.
+fn state_of_architecture(arch: &str) -> Option<StateKind> {
+    STATE_MODEL_TYPES.iter().find(|(_, _, a)| *a == Some(arch)).map(|(_, state, _)| *state)
+}
+
 struct Arch {
     name: &'static str,
     kind: AttentionKind,
@@ -107,6 +168,11 @@ static ARCHITECTURES: &[Arch] = archs! {
     "Qwen3ForCausalLM" => Gqa;
     "Qwen3MoeForCausalLM" => Gqa;
     "Qwen3NextForCausalLM" => Gqa;
+    "Qwen3_5ForConditionalGeneration" => Gqa;
+    "Qwen3_5MoeForConditionalGeneration" => Gqa;
+    "NemotronHForCausalLM" => Gqa;
+    "FalconH1ForCausalLM" => Gqa;
+    "GraniteMoeHybridForCausalLM" => Gqa;
     "Qwen3VLForConditionalGeneration" => Gqa;
     "Qwen3VLMoeForConditionalGeneration" => Gqa;
     "Gemma2ForCausalLM" => Gqa;
@@ -168,6 +234,10 @@ static KNOWN_MODELS: &[(&str, &str)] = &[
     ("Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen3MoeForCausalLM"),
     ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "Qwen3MoeForCausalLM"),
     ("Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen3NextForCausalLM"),
+    ("nvidia/Nemotron-H-8B-Base-8K", "NemotronHForCausalLM"),
+    ("nvidia/Nemotron-H-47B-Base-8K", "NemotronHForCausalLM"),
+    ("tiiuae/Falcon-H1-7B-Instruct", "FalconH1ForCausalLM"),
+    ("tiiuae/Falcon-H1-34B-Instruct", "FalconH1ForCausalLM"),
     ("mistralai/Mistral-7B-Instruct-v0.3", "MistralForCausalLM"),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", "MixtralForCausalLM"),
     ("mistralai/Mixtral-8x22B-Instruct-v0.1", "MixtralForCausalLM"),
@@ -238,6 +308,8 @@ pub struct ModelFacts {
     pub nextn_layers: Option<Option<u64>>,
     /// DSA's indexer pools or compresses its keys, per config.json (else false).
     pub dsa_index_pooled: bool,
+    /// The recurrent state a hybrid model keeps beside its KV pool, when it has one.
+    pub state: Option<StateKind>,
 }
 
 impl ModelFacts {
@@ -255,8 +327,17 @@ impl ModelFacts {
         self.dsa.unwrap_or(self.traits.dsa_by_default)
     }
 
-    /// "Qwen/Qwen2.5-72B-Instruct (Qwen2ForCausalLM, GQA)"-style description.
+    /// "Qwen/Qwen2.5-72B-Instruct (Qwen2ForCausalLM, GQA)"-style description; a hybrid-state
+    /// model adds its state: "(NemotronHForCausalLM, GQA, hybrid state: Mamba2)".
     pub fn describe(&self, path: &str) -> String {
+        let described = self.describe_attention(path);
+        match self.state {
+            Some(state) => format!("{}, hybrid state: {state})", described.trim_end_matches(')')),
+            None => described,
+        }
+    }
+
+    fn describe_attention(&self, path: &str) -> String {
         match (&self.architecture, self.attention) {
             (Some(a), Some(k)) => format!("{path} ({a}, {k})"),
             (None, Some(k)) => format!("{path} ({k})"),
@@ -325,6 +406,25 @@ pub struct HfConfig {
     pub num_nextn_predict_layers: Option<u64>,
     /// DSA's indexer pools or compresses its keys (`index_kpool` ≠ 1 or `index_kpool_compress`).
     pub dsa_index_pooled: bool,
+    /// The hybrid state SGLang derives from this config (`state_of_config`).
+    pub state: Option<StateKind>,
+}
+
+/// The hybrid state of a config as `hybrid_arch.py` decides it: by `model_type` (the config
+/// class), Granite-4.0 hybrids only with a `mamba` entry in `layer_types`, Ling hybrids KDA with
+/// `use_kda` and lightning attention without.
+fn state_of_config(model_type: Option<&str>, text: &serde_json::Map<String, Value>) -> Option<StateKind> {
+    let model_type = model_type?;
+    match model_type {
+        "granitemoehybrid" => {
+            let layers = text.get("layer_types").and_then(Value::as_array);
+            layers.is_some_and(|l| l.iter().any(|t| t.as_str() == Some("mamba"))).then_some(StateKind::Mamba2)
+        }
+        "bailing_hybrid" => {
+            Some(if text.get("use_kda").and_then(Value::as_bool).unwrap_or(false) { StateKind::Kda } else { StateKind::Lightning })
+        }
+        _ => STATE_MODEL_TYPES.iter().find(|(t, _, _)| *t == model_type).map(|(_, state, _)| *state),
+    }
 }
 
 impl HfConfig {
@@ -357,9 +457,11 @@ impl HfConfig {
             .and_then(|q| q.get("kv_cache_quant_algo"))
             .and_then(Value::as_str)
             .is_some_and(|s| s.eq_ignore_ascii_case("fp8"));
+        let model_type = text.get("model_type").and_then(Value::as_str).map(str::to_owned);
         Ok(Self {
             architectures,
-            model_type: text.get("model_type").and_then(Value::as_str).map(str::to_owned),
+            state: state_of_config(model_type.as_deref(), text),
+            model_type,
             num_attention_heads: num("num_attention_heads"),
             num_key_value_heads: num("num_key_value_heads"),
             kv_lora_rank: num("kv_lora_rank"),
@@ -443,6 +545,7 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
         compress_ratios: None,
         nextn_layers: None,
         dsa_index_pooled: false,
+        state: None,
     };
     if let Some(cfg) = config {
         let (arch, kind, traits) = cfg.classify();
@@ -456,6 +559,7 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
         facts.compress_ratios = cfg.compress_ratios.as_ref().map(|r| distinct_ratios(r));
         facts.nextn_layers = Some(cfg.num_nextn_predict_layers);
         facts.dsa_index_pooled = cfg.dsa_index_pooled;
+        facts.state = cfg.state;
     } else {
         let (arch, source) = match model.architecture.as_deref() {
             Some(a) => (Some(a.to_owned()), Some(KindSource::Architecture(a.to_owned()))),
@@ -465,6 +569,7 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
             },
         };
         facts.architecture = arch.clone();
+        facts.state = arch.as_deref().and_then(state_of_architecture);
         let entry = arch.as_deref().and_then(arch_entry);
         if let Some(entry) = entry {
             facts.attention = Some(entry.kind);
@@ -483,7 +588,7 @@ pub fn resolve(model: &ModelSpec, config: Option<&HfConfig>) -> ModelFacts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn spec(path: &str) -> ModelSpec {
@@ -608,5 +713,47 @@ mod tests {
         assert_eq!(python_constants_as_null(r#"{"a": "Infinity \" NaN", "b": [Infinity]}"#), r#"{"a": "Infinity \" NaN", "b": [null]}"#);
         // A bare word Python's json refuses stays refused.
         assert!(matches!(HfConfig::parse(r#"{"architectures": ["X"], "a": inf}"#), Err(ConfigError::Json(_))));
+    }
+
+    /// The published checkpoints' config.json files (tests/parity/configs), Infinity included.
+    pub(crate) const NEMOTRON_H: &str = include_str!("../../tests/parity/configs/NemotronHForCausalLM.json");
+    pub(crate) const FALCON_H1: &str = include_str!("../../tests/parity/configs/FalconH1ForCausalLM.json");
+    pub(crate) const GRANITE_4_H: &str = include_str!("../../tests/parity/configs/GraniteMoeHybridForCausalLM.json");
+    pub(crate) const QWEN3_NEXT: &str = include_str!("../../tests/parity/configs/Qwen3NextForCausalLM.json");
+    pub(crate) const LFM2: &str = include_str!("../../tests/parity/configs/Lfm2ForCausalLM.json");
+
+    #[test]
+    fn published_mamba_hybrids_are_gqa_with_hybrid_state() {
+        for (cfg, arch) in [(NEMOTRON_H, "NemotronHForCausalLM"), (FALCON_H1, "FalconH1ForCausalLM"), (GRANITE_4_H, "GraniteMoeHybridForCausalLM")] {
+            let f = resolve(&spec("/models/m"), Some(&HfConfig::parse(cfg).expect(arch)));
+            assert_eq!((f.architecture.as_deref(), f.attention, f.state), (Some(arch), Some(AttentionKind::Gqa), Some(StateKind::Mamba2)), "{arch}");
+            // The handshake's pool: neither MLA nor hybrid MLA (`is_mla_backend`, `is_hybrid_mla_backend`).
+            assert_eq!(f.pool(), Some(PoolKind::Mha), "{arch}");
+            assert_eq!(f.describe("/models/m"), format!("/models/m ({arch}, GQA, hybrid state: Mamba2)"));
+        }
+    }
+
+    #[test]
+    fn the_state_follows_the_config_class_and_its_fields() {
+        let state = |cfg: &str| resolve(&spec("x"), Some(&HfConfig::parse(cfg).unwrap())).state;
+        // Granite-4.0 without Mamba layers (granite-4.0-micro) is a plain GQA model.
+        let dense = r#"{"architectures":["GraniteMoeHybridForCausalLM"],"model_type":"granitemoehybrid","layer_types":["attention","attention"]}"#;
+        assert_eq!(state(dense), None);
+        assert_eq!(state(QWEN3_NEXT), Some(StateKind::Gdn));
+        assert_eq!(state(LFM2), Some(StateKind::Mamba2));
+        // Qwen3.5's wrapper keeps the language model under `text_config`.
+        let qwen35 = r#"{"architectures":["Qwen3_5MoeForConditionalGeneration"],"model_type":"qwen3_5_moe","text_config":{"model_type":"qwen3_5_moe_text"}}"#;
+        assert_eq!(state(qwen35), Some(StateKind::Gdn));
+        let kda = r#"{"architectures":["BailingMoeV2_5ForCausalLM"],"model_type":"bailing_hybrid","use_kda":true}"#;
+        assert_eq!(state(kda), Some(StateKind::Kda));
+        let lightning = r#"{"architectures":["BailingMoeV2_5ForCausalLM"],"model_type":"bailing_hybrid"}"#;
+        assert_eq!(state(lightning), Some(StateKind::Lightning));
+        assert_eq!(state(r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama"}"#), None);
+        // Kimi Linear: a hybrid-MLA pool that also keeps KDA state.
+        let kimi = resolve(&spec("moonshotai/Kimi-Linear-48B-A3B-Instruct"), None);
+        assert_eq!((kimi.pool(), kimi.state), (Some(PoolKind::HybridMla), Some(StateKind::Kda)));
+        // Known without config.json: the state of the published checkpoints.
+        assert_eq!(resolve(&spec("nvidia/Nemotron-H-8B-Base-8K"), None).state, Some(StateKind::Mamba2));
+        assert_eq!(resolve(&spec("Qwen/Qwen2.5-72B-Instruct"), None).state, None);
     }
 }

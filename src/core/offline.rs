@@ -123,7 +123,7 @@ pub fn report(loaded: &Loaded, config: Option<&HfConfig>, assumed: Assumed<'_>, 
         if json {
             objects.push(serde_json::json!({
                 "file": d.path.display().to_string(), "document": d.doc, "name": name, "valid": valid,
-                "model": {"architecture": facts.architecture, "attention": facts.attention, "pool": facts.pool()},
+                "model": {"architecture": facts.architecture, "attention": facts.attention, "pool": facts.pool(), "state": facts.state},
                 "findings": findings,
             }));
             continue;

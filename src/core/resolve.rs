@@ -148,7 +148,9 @@ pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Rol
         ["attention_backend", "prefill_attention_backend", "decode_attention_backend"].map(|d| extra_value(release_of(spec), args, d));
     let arch = facts.architecture.as_deref();
     let none_set = attention.is_none() && prefill.is_none() && decode.is_none();
-    if facts.traits.deepseek_v4 {
+    if let Some((backend, _)) = hybrid_override(spec, facts, role) {
+        attention = Some(backend.into());
+    } else if facts.traits.deepseek_v4 {
         // DeepSeek-V4 runs its own backend whatever is asked; the phases stay as given.
         attention = Some("dsv4".into());
     } else if facts.is_dsa() && none_set {
@@ -167,6 +169,65 @@ pub fn attention_backends(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Rol
         attention = Some(default_backend(spec, facts, role).into());
     }
     [attention, prefill, decode]
+}
+
+/// Architectures whose model override makes their GDN hybrid pick triton (page 1) or
+/// trtllm_mha (page 64) on SM100 (`_qwen3_5_hybrid_overrides`).
+const GDN_SM100_ARCHS: &[&str] = &[
+    "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration",
+    "InternS2MobiusForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+];
+
+/// Hybrid-state architectures whose model override picks a backend on SM100 when
+/// `--attention-backend` is unset (`_falcon_h1_jet_overrides`, `_granite_moe_hybrid_overrides`
+/// with Mamba layers, `_lfm2_overrides`): no page constraint follows, so a page of 1 stays 1.
+const HYBRID_SM100_BACKENDS: &[(&str, &str)] = &[
+    ("FalconH1ForCausalLM", "triton"),
+    ("JetNemotronForCausalLM", "triton"),
+    ("JetVLMForConditionalGeneration", "triton"),
+    ("GraniteMoeHybridForCausalLM", "flashinfer"),
+    ("Lfm2ForCausalLM", "flashinfer"),
+    ("Lfm2MoeForCausalLM", "flashinfer"),
+];
+
+/// The attention backend, and the page size it forces, that a hybrid-state model's override
+/// sets on SM100 (B200) when `--attention-backend` is unset; the same in 0.5.21–0.5.23.
+/// Nemotron-H picks trtllm_mha as the default does, or triton under speculative decoding with
+/// top-k above 1 (`_nemotron_h_overrides`). The GDN hybrids force their page: trtllm_mha and 64,
+/// unless the role keeps a radix cache without the extra-buffer strategy or speculative
+/// decoding, where triton and 1 (so a PD prefill runs page 1 while its decode runs 64).
+fn hybrid_override(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<(&'static str, Option<u32>)> {
+    let rs = spec.role(role);
+    let value = |dest: &str| extra_value(release_of(spec), &rs.template.extra_args, dest);
+    let arch = facts.architecture.as_deref()?;
+    if facts.state.is_none() || !rs.accelerator.is_some_and(Accelerator::is_blackwell) || value("attention_backend").is_some() {
+        return None;
+    }
+    let speculative = value("speculative_algorithm").is_some();
+    if arch == "NemotronHForCausalLM" {
+        // `is_attention_backend_not_set`: the phase backends must be unset too.
+        let phases_unset = value("prefill_attention_backend").is_none() && value("decode_attention_backend").is_none();
+        let topk_one = value("speculative_eagle_topk").is_none_or(|k| k == "1");
+        return (phases_unset && speculative && !topk_one).then_some(("triton", None));
+    }
+    if GDN_SM100_ARCHS.contains(&arch) {
+        let radix = value("disable_radix_cache").is_none()
+            && (role == Role::Prefill || value("disaggregation_decode_enable_radix_cache").is_some());
+        let extra_buffer = value("mamba_radix_cache_strategy").is_some_and(|s| s.starts_with("extra_buffer"));
+        let no_buffer_radix = radix && !extra_buffer && !speculative;
+        let trtllm = default_backend(spec, facts, role) == "trtllm_mha" && !no_buffer_radix;
+        return Some(if trtllm { ("trtllm_mha", Some(64)) } else { ("triton", Some(1)) });
+    }
+    HYBRID_SM100_BACKENDS.iter().find(|(a, _)| *a == arch).map(|(_, backend)| (*backend, None))
+}
+
+/// The page size a hybrid-state model's override forces on `role` (`hybrid_override`), if any:
+/// what SGLang's start-up checks of the role see before the backends' page constraints.
+pub fn overridden_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<u32> {
+    hybrid_override(spec, facts, role).and_then(|(_, page)| page)
 }
 
 /// `get_default_attn_backend`: fa3 on Hopper and trtllm_mha on SM100 for non-MLA models unless
@@ -201,7 +262,7 @@ pub fn role_page_size(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role, r
     let uses = |backend: &str, phases: &[&Option<String>]| phases.iter().any(|b| b.as_deref() == Some(backend));
     let all = [&attention, &prefill, &decode];
     // The model overrides force their size first; the backends' constraints still apply after.
-    let mut page = forced_page_size(facts).or(requested);
+    let mut page = forced_page_size(facts).or(overridden_page_size(spec, facts, role)).or(requested);
     if uses("flashmla", &[&attention, &decode]) {
         page = Some(64);
     }
@@ -349,7 +410,8 @@ pub fn dspark(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> bool {
 pub fn decode_topology_for(spec: &PDDeploymentSpec, facts: &ModelFacts, pool: PoolKind) -> DecodeTopology {
     let p = parallelism(&spec.decode.parallelism, facts);
     let kv = &spec.kv_transfer;
-    let mut state_types = Vec::new();
+    // A hybrid-state pool moves its recurrent state as SGLang's `mamba` state type.
+    let mut state_types: Vec<String> = facts.state.map(|_| "mamba".to_owned()).into_iter().collect();
     if kv.kv_cache_dtype == KvCacheDtype::Mxfp8 && pool == PoolKind::Mha {
         state_types.push("block_scale".to_owned());
         if facts.traits.hybrid_swa {
@@ -559,5 +621,98 @@ mod tests {
         // Without ratio-2 layers the algorithm reports no layout (`get_dsv41_spec_layout`).
         let (s, f) = v4_spec("deepseek_v41", "[0, 4, 128]", Accelerator::B200, &[], &dspark);
         assert!(!decode_topology(&s, &f).dspark);
+    }
+
+    /// A tp 4 / tp 4 pair of `config` on `acc` with `page` and each role's extra arguments.
+    fn hybrid_pair(config: &str, acc: Accelerator, page: Option<u32>, prefill: &[&str], decode: &[&str]) -> (PDDeploymentSpec, ModelFacts) {
+        let role = |extra: &[&str]| serde_json::json!({"parallelism": {"tp": 4}, "accelerator": acc.as_str(), "template": {"extraArgs": extra}});
+        let spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"path": "/models/m"}, "kvTransfer": {"pageSize": page}, "prefill": role(prefill), "decode": role(decode),
+        }))
+        .unwrap();
+        let facts = crate::model::resolve(&spec.model, Some(&crate::model::HfConfig::parse(config).unwrap()));
+        (spec, facts)
+    }
+
+    fn pages(spec: &PDDeploymentSpec, facts: &ModelFacts) -> (i64, Option<i64>) {
+        (decode_topology(spec, facts).page_size, prefill_info(spec, facts).page_size)
+    }
+
+    #[test]
+    fn mamba_hybrids_on_b200_run_the_page_their_override_keeps() {
+        use crate::model::tests::{FALCON_H1, GRANITE_4_H, NEMOTRON_H};
+        // Falcon-H1 (triton) and Granite-4.0-H (flashinfer) keep page 1 on B200: no trtllm_mha.
+        for cfg in [FALCON_H1, GRANITE_4_H] {
+            let (s, f) = hybrid_pair(cfg, Accelerator::B200, Some(1), &[], &[]);
+            assert_eq!(pages(&s, &f), (1, Some(1)));
+            assert!(crate::handshake::core::handshake(&decode_topology(&s, &f), &prefill_info(&s, &f)).is_ok());
+            // Unset, both resolve 1 by themselves.
+            let (s, f) = hybrid_pair(cfg, Accelerator::B200, None, &[], &[]);
+            assert_eq!(unset_page_size(&s, &f), Ok(1));
+        }
+        // Nemotron-H keeps trtllm_mha on B200, which turns page 1 into 64 on both roles.
+        let (s, f) = hybrid_pair(NEMOTRON_H, Accelerator::B200, Some(1), &[], &[]);
+        assert_eq!(pages(&s, &f), (64, Some(64)));
+        // Under speculative decoding with top-k 4 its override picks triton: page 1 stays.
+        let spec_topk = ["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "4"];
+        let (s, f) = hybrid_pair(NEMOTRON_H, Accelerator::B200, Some(1), &spec_topk, &spec_topk);
+        assert_eq!(pages(&s, &f), (1, Some(1)));
+        assert_eq!(attention_backends(&s, &f, Role::Decode)[0].as_deref(), Some("triton"));
+        // Not when a phase backend is set (`is_attention_backend_not_set`): SGLang's default then.
+        let phase = [&spec_topk[..], &["--decode-attention-backend", "flashinfer"]].concat();
+        let (s, f) = hybrid_pair(NEMOTRON_H, Accelerator::B200, Some(1), &phase, &phase);
+        assert_eq!(attention_backends(&s, &f, Role::Decode)[0].as_deref(), Some("flashinfer"));
+        // An explicit attention backend is left alone: Falcon-H1 on trtllm_mha pages at 64.
+        let trtllm = ["--attention-backend", "trtllm_mha"];
+        let (s, f) = hybrid_pair(FALCON_H1, Accelerator::B200, Some(1), &trtllm, &trtllm);
+        assert_eq!(pages(&s, &f), (64, Some(64)));
+        // Hopper: the requested page, as for any GQA model.
+        let (s, f) = hybrid_pair(FALCON_H1, Accelerator::H200, Some(1), &[], &[]);
+        assert_eq!(pages(&s, &f), (1, Some(1)));
+    }
+
+    #[test]
+    fn gdn_hybrids_on_b200_page_the_prefill_at_1() {
+        let qwen3_next = crate::model::tests::QWEN3_NEXT;
+        // The prefill keeps its radix cache without extra buffer: triton and page 1; the PD
+        // decode has no radix cache: trtllm_mha and page 64, whatever was asked.
+        let (s, f) = hybrid_pair(qwen3_next, Accelerator::B200, Some(16), &[], &[]);
+        assert_eq!(pages(&s, &f), (64, Some(1)));
+        let err = crate::handshake::core::handshake(&decode_topology(&s, &f), &prefill_info(&s, &f)).unwrap_err();
+        assert_eq!(err.check.field(), "spec.kvTransfer.pageSize", "{err:?}");
+        // The extra-buffer strategy on the prefill keeps trtllm_mha there too: 64 on both.
+        let extra = ["--mamba-radix-cache-strategy", "extra_buffer"];
+        let (s, f) = hybrid_pair(qwen3_next, Accelerator::B200, Some(16), &extra, &[]);
+        assert_eq!(pages(&s, &f), (64, Some(64)));
+        // So does a prefill without radix cache.
+        let (s, f) = hybrid_pair(qwen3_next, Accelerator::B200, None, &["--disable-radix-cache"], &[]);
+        assert_eq!(pages(&s, &f), (64, Some(64)));
+        // Hopper: no override.
+        let (s, f) = hybrid_pair(qwen3_next, Accelerator::H100, Some(16), &[], &[]);
+        assert_eq!(pages(&s, &f), (16, Some(16)));
+    }
+
+    #[test]
+    fn a_hybrid_state_pool_reports_mamba_state_and_refuses_decode_dcp() {
+        let (mut s, f) = hybrid_pair(crate::model::tests::NEMOTRON_H, Accelerator::H200, Some(64), &[], &[]);
+        assert_eq!(decode_topology(&s, &f).state_types, vec!["mamba".to_owned()]);
+        assert!(decode_topology(&s, &facts("Qwen2ForCausalLM")).state_types.is_empty());
+        // DCP shards MLA latent caches only: a hybrid Mamba GQA pool is neither MLA nor hybrid MLA.
+        s.decode.parallelism.dcp = 2;
+        let err = crate::handshake::core::handshake(&decode_topology(&s, &f), &prefill_info(&s, &f)).unwrap_err();
+        assert_eq!(err.check, crate::handshake::core::Check::DcpNeedsMla, "{err:?}");
+    }
+
+    #[test]
+    fn published_mamba_hybrids_are_admitted_at_tp_4_and_named() {
+        use crate::model::tests::{FALCON_H1, GRANITE_4_H, NEMOTRON_H};
+        for cfg in [NEMOTRON_H, FALCON_H1, GRANITE_4_H] {
+            for (acc, page) in [(Accelerator::B200, Some(1)), (Accelerator::B200, None), (Accelerator::H100, Some(64))] {
+                let (s, f) = hybrid_pair(cfg, acc, page, &[], &[]);
+                let findings = crate::validate::validate_with_facts("m", &s, &f);
+                assert!(crate::validate::is_valid(&findings), "{acc:?} {page:?}: {findings:?}");
+                assert!(f.describe("/models/m").ends_with("hybrid state: Mamba2)"));
+            }
+        }
     }
 }

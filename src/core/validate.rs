@@ -113,6 +113,7 @@ pub mod texts {
 pub use crate::sglang_args::{OptionMatch, extra_value, match_option};
 
 pub mod options;
+mod hybrid;
 use pd_api::Role;
 
 /// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,
@@ -344,6 +345,7 @@ fn check_startup(role: Role, rs: &RoleSpec, spec: &PDDeploymentSpec, facts: &Mod
     check_pp_speculative(role, rs, release_of(spec), out);
     check_chunked_prefill(role, rs, spec, facts, out);
     options::check(role, rs, release_of(spec), facts, out);
+    hybrid::check_mamba_no_buffer(role, spec, facts, out);
     if rs.enable_kv_cache_sharding {
         check_sharding_startup(role, rs, spec, facts, out);
     }
