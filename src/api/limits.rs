@@ -33,3 +33,9 @@ pub const MAX_RESTARTS: i32 = 100;
 
 /// `recovery.windowSeconds`: a day.
 pub const MAX_RECOVERY_WINDOW_SECONDS: i32 = 86_400;
+
+/// `recovery.hangSeconds`: an hour without progress is no liveness check.
+pub const MAX_HANG_SECONDS: i32 = 3_600;
+
+/// `recovery.startupSeconds`: a day of loading weights.
+pub const MAX_STARTUP_SECONDS: i32 = 86_400;

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Role;
-use crate::limits::{MAX_RECOVERY_WINDOW_SECONDS, MAX_RESTARTS};
+use crate::limits::{MAX_HANG_SECONDS, MAX_RECOVERY_WINDOW_SECONDS, MAX_RESTARTS, MAX_STARTUP_SECONDS};
 
 /// How often one instance may be recreated (a pod Failed or gone, or an engine container of a
 /// multi-node instance restarted) before the operator leaves it down. Recreations of one
@@ -25,11 +25,35 @@ pub struct RecoverySpec {
     #[serde(default = "default_window_seconds")]
     #[schemars(range(min = 1, max = MAX_RECOVERY_WINDOW_SECONDS))]
     pub window_seconds: i32,
+    /// How long an engine that serves HTTP (the leader of each instance) may fail SGLang's own
+    /// progress check, `GET /health_generate` (one token generated, or any output seen, within
+    /// SGLang's 20 s), before its container is restarted (default 120; 0: no liveness check). A
+    /// restart in a multi-node instance recreates the instance as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_HANG_SECONDS))]
+    pub hang_seconds: Option<i32>,
+    /// How long an engine may take to start (weights loaded, CUDA graphs captured) before the
+    /// liveness check begins and a start that never ends restarts it (default 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = MAX_STARTUP_SECONDS))]
+    pub startup_seconds: Option<i32>,
+}
+
+impl RecoverySpec {
+    /// `hangSeconds`, its default filled in.
+    pub fn hang_seconds(&self) -> i32 {
+        self.hang_seconds.unwrap_or(120)
+    }
+
+    /// `startupSeconds`, its default filled in.
+    pub fn startup_seconds(&self) -> i32 {
+        self.startup_seconds.unwrap_or(3_600)
+    }
 }
 
 impl Default for RecoverySpec {
     fn default() -> Self {
-        Self { max_restarts: default_max_restarts(), window_seconds: default_window_seconds() }
+        Self { max_restarts: default_max_restarts(), window_seconds: default_window_seconds(), hang_seconds: None, startup_seconds: None }
     }
 }
 

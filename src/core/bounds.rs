@@ -5,8 +5,8 @@
 //! apply (the controller renders every pod of a spec in memory before it creates any).
 
 use pd_api::limits::{
-    MAX_GPUS_PER_INSTANCE, MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE, MAX_RECOVERY_WINDOW_SECONDS, MAX_RESTARTS,
-    MAX_ROUTER_REPLICAS,
+    MAX_GPUS_PER_INSTANCE, MAX_GPUS_PER_NODE, MAX_HANG_SECONDS, MAX_INSTANCES, MAX_PAGE_SIZE, MAX_PARALLEL_SIZE,
+    MAX_RECOVERY_WINDOW_SECONDS, MAX_RESTARTS, MAX_ROUTER_REPLICAS, MAX_STARTUP_SECONDS,
 };
 use pd_api::{PDDeploymentSpec, Role};
 
@@ -48,6 +48,8 @@ pub fn check_counts(spec: &PDDeploymentSpec, out: &mut Vec<Finding>) -> bool {
     over("spec.recovery.maxRestarts".into(), spec.recovery.max_restarts.into(), MAX_RESTARTS.into(), "maxRestarts");
     let window = spec.recovery.window_seconds.into();
     over("spec.recovery.windowSeconds".into(), window, MAX_RECOVERY_WINDOW_SECONDS.into(), "windowSeconds");
+    over("spec.recovery.hangSeconds".into(), spec.recovery.hang_seconds().into(), MAX_HANG_SECONDS.into(), "hangSeconds");
+    over("spec.recovery.startupSeconds".into(), spec.recovery.startup_seconds().into(), MAX_STARTUP_SECONDS.into(), "startupSeconds");
     if let Some(page) = spec.kv_transfer.page_size {
         over("spec.kvTransfer.pageSize".into(), page.into(), MAX_PAGE_SIZE.into(), "pageSize");
     }

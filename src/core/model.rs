@@ -724,9 +724,15 @@ pub(crate) mod tests {
 
     #[test]
     fn published_mamba_hybrids_are_gqa_with_hybrid_state() {
-        for (cfg, arch) in [(NEMOTRON_H, "NemotronHForCausalLM"), (FALCON_H1, "FalconH1ForCausalLM"), (GRANITE_4_H, "GraniteMoeHybridForCausalLM")] {
+        for (cfg, arch) in
+            [(NEMOTRON_H, "NemotronHForCausalLM"), (FALCON_H1, "FalconH1ForCausalLM"), (GRANITE_4_H, "GraniteMoeHybridForCausalLM")]
+        {
             let f = resolve(&spec("/models/m"), Some(&HfConfig::parse(cfg).expect(arch)));
-            assert_eq!((f.architecture.as_deref(), f.attention, f.state), (Some(arch), Some(AttentionKind::Gqa), Some(StateKind::Mamba2)), "{arch}");
+            assert_eq!(
+                (f.architecture.as_deref(), f.attention, f.state),
+                (Some(arch), Some(AttentionKind::Gqa), Some(StateKind::Mamba2)),
+                "{arch}"
+            );
             // The handshake's pool: neither MLA nor hybrid MLA (`is_mla_backend`, `is_hybrid_mla_backend`).
             assert_eq!(f.pool(), Some(PoolKind::Mha), "{arch}");
             assert_eq!(f.describe("/models/m"), format!("/models/m ({arch}, GQA, hybrid state: Mamba2)"));
@@ -737,7 +743,8 @@ pub(crate) mod tests {
     fn the_state_follows_the_config_class_and_its_fields() {
         let state = |cfg: &str| resolve(&spec("x"), Some(&HfConfig::parse(cfg).unwrap())).state;
         // Granite-4.0 without Mamba layers (granite-4.0-micro) is a plain GQA model.
-        let dense = r#"{"architectures":["GraniteMoeHybridForCausalLM"],"model_type":"granitemoehybrid","layer_types":["attention","attention"]}"#;
+        let dense =
+            r#"{"architectures":["GraniteMoeHybridForCausalLM"],"model_type":"granitemoehybrid","layer_types":["attention","attention"]}"#;
         assert_eq!(state(dense), None);
         assert_eq!(state(QWEN3_NEXT), Some(StateKind::Gdn));
         assert_eq!(state(LFM2), Some(StateKind::Mamba2));

@@ -144,7 +144,7 @@ mod tests {
     }
 
     fn budget(max: i32, window: i32) -> Budget {
-        Budget::of(&RecoverySpec { max_restarts: max, window_seconds: window }, Some(3))
+        Budget::of(&RecoverySpec { max_restarts: max, window_seconds: window, ..RecoverySpec::default() }, Some(3))
     }
 
     #[test]

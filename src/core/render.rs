@@ -23,7 +23,9 @@ use crate::names::*;
 use crate::pod::restricted_security_context;
 use pd_api::Role;
 use pd_api::labels::*;
-use pd_api::{DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, PDRole, PDRoleSpec, RoleSpec};
+use pd_api::{
+    DEFAULT_HTTP_PORT, DEFAULT_ROUTER_IMAGE, EngineType, PDDeployment, PDDeploymentSpec, PDRole, PDRoleSpec, RecoverySpec, RoleSpec,
+};
 
 const HANDSHAKE_MOUNT: &str = "/etc/pd-handshake";
 /// Where Kubernetes clients look for the in-cluster token; only the sidecar gets one mounted.
@@ -201,9 +203,16 @@ fn revision_inputs(spec: &PDDeploymentSpec, role: Role) -> serde_json::Value {
     let shaped = RoleSpec { replicas: 0, ..spec.role(role).clone() };
     // The dry run gates pods; it does not shape them.
     let engine = pd_api::EngineSpec { dry_run: None, ..spec.engine.clone() };
-    serde_json::json!({
+    let mut inputs = serde_json::json!({
         "role": role.as_str(), "engine": engine, "model": spec.model, "kv": spec.kv_transfer, "pool": shaped,
-    })
+    });
+    // The probes are fixed in a pod: a changed liveness setting rolls the role. Unset, they add
+    // nothing, so a spec without them keeps the revision it had before they existed.
+    let r = &spec.recovery;
+    if r.hang_seconds.is_some() || r.startup_seconds.is_some() {
+        inputs["liveness"] = serde_json::json!({"hangSeconds": r.hang_seconds, "startupSeconds": r.startup_seconds});
+    }
+    inputs
 }
 
 /// The engine's argv after the program name, for one pod of one instance.
@@ -333,6 +342,34 @@ fn http_probe(path: &str, port: &str, period: i32, failures: i32) -> Probe {
         timeout_seconds: Some(5),
         ..Default::default()
     }
+}
+
+/// How often the liveness check asks, and how long one ask may take: SGLang's `/health_generate`
+/// answers within its own `SGLANG_HEALTH_CHECK_TIMEOUT` (20 s by default), 503 when the
+/// scheduler gave no output in that time.
+const LIVENESS_PERIOD_SECONDS: i32 = 30;
+const LIVENESS_TIMEOUT_SECONDS: i32 = 25;
+const STARTUP_PERIOD_SECONDS: i32 = 10;
+
+/// SGLang's own progress check on the leader engine: `hangSeconds` of failed asks restart it.
+/// None when `hangSeconds` is 0.
+fn liveness_probe(recovery: &RecoverySpec) -> Option<Probe> {
+    let hang = recovery.hang_seconds();
+    (hang > 0).then(|| Probe {
+        timeout_seconds: Some(LIVENESS_TIMEOUT_SECONDS),
+        ..http_probe("/health_generate", "http", LIVENESS_PERIOD_SECONDS, ceil_div(hang, LIVENESS_PERIOD_SECONDS).max(1))
+    })
+}
+
+/// Holds the readiness and liveness checks off for `startupSeconds` while the engine loads.
+fn startup_probe(recovery: &RecoverySpec) -> Probe {
+    let failures = ceil_div(recovery.startup_seconds().max(STARTUP_PERIOD_SECONDS), STARTUP_PERIOD_SECONDS);
+    http_probe("/health", "http", STARTUP_PERIOD_SECONDS, failures)
+}
+
+/// `a / b` rounded up, for a positive `b`.
+fn ceil_div(a: i32, b: i32) -> i32 {
+    a.saturating_add(b - 1) / b
 }
 
 fn port(name: &str, number: u16) -> ContainerPort {
@@ -546,7 +583,8 @@ impl PodSlot<'_> {
             resources: Some(self.resources()),
             readiness_probe: leader.then(|| http_probe("/health", "http", 10, 3)),
             // Model loading can take long; the startup probe holds liveness checks off until then.
-            startup_probe: leader.then(|| http_probe("/health", "http", 10, 360)),
+            startup_probe: leader.then(|| startup_probe(&spec.recovery)),
+            liveness_probe: leader.then(|| liveness_probe(&spec.recovery)).flatten(),
             volume_mounts: Some(mounts),
             security_context: self.template().security_context.clone(),
             ..Default::default()

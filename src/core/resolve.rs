@@ -625,7 +625,8 @@ mod tests {
 
     /// A tp 4 / tp 4 pair of `config` on `acc` with `page` and each role's extra arguments.
     fn hybrid_pair(config: &str, acc: Accelerator, page: Option<u32>, prefill: &[&str], decode: &[&str]) -> (PDDeploymentSpec, ModelFacts) {
-        let role = |extra: &[&str]| serde_json::json!({"parallelism": {"tp": 4}, "accelerator": acc.as_str(), "template": {"extraArgs": extra}});
+        let role =
+            |extra: &[&str]| serde_json::json!({"parallelism": {"tp": 4}, "accelerator": acc.as_str(), "template": {"extraArgs": extra}});
         let spec: PDDeploymentSpec = serde_json::from_value(serde_json::json!({
             "model": {"path": "/models/m"}, "kvTransfer": {"pageSize": page}, "prefill": role(prefill), "decode": role(decode),
         }))

@@ -112,8 +112,8 @@ pub mod texts {
 
 pub use crate::sglang_args::{OptionMatch, extra_value, match_option};
 
-pub mod options;
 mod hybrid;
+pub mod options;
 use pd_api::Role;
 
 /// Argparse destinations the operator derives from the spec; `extraArgs` must not set them,

@@ -282,3 +282,37 @@ fn the_revisions_pd_operator_0_1_0_gave_are_reproduced_for_adoption() {
     let sim = &manifest::load_files(&[repo("examples/sim-demo.yaml")]).unwrap().deployments[0].object.spec;
     assert_eq!(render::legacy_role_revision(sim, pd_api::Role::Decode, "pd-operator:0.1.0"), None, "a sim engine's image changed");
 }
+
+#[test]
+fn the_leader_engine_is_restarted_when_sglangs_progress_check_fails_for_hang_seconds() {
+    let probes = |pdd: &PDDeployment| {
+        let r = render::render(pdd, &model::resolve(&pdd.spec.model, None), &RenderOptions::default()).unwrap();
+        r.pods()
+            .map(|p| {
+                let engine = p.spec.as_ref().unwrap().containers.iter().find(|c| c.name == pd_core::names::ENGINE_CONTAINER).unwrap();
+                (p.metadata.name.clone().unwrap(), engine.liveness_probe.clone(), engine.startup_probe.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    let loaded = manifest::load_files(&[repo("examples/multi-node-prefill.yaml")]).unwrap();
+    let mut pdd = loaded.deployments[0].object.clone();
+    let before = render::role_revision(&pdd.spec, pd_api::Role::Prefill, &RenderOptions::default());
+    for (name, liveness, startup) in probes(&pdd) {
+        let leader = name.split('-').nth_back(0) == Some("0");
+        assert_eq!(liveness.is_some(), leader, "{name}: only the leader serves HTTP");
+        if let Some(l) = liveness {
+            let get = l.http_get.unwrap();
+            assert_eq!(get.path.as_deref(), Some("/health_generate"), "SGLang's check that generates");
+            assert_eq!((l.period_seconds, l.timeout_seconds, l.failure_threshold), (Some(30), Some(25), Some(4)), "120 s by default");
+            assert_eq!(startup.unwrap().failure_threshold, Some(360), "an hour to start by default");
+        }
+    }
+    pdd.spec.recovery.hang_seconds = Some(0);
+    assert!(probes(&pdd).iter().all(|(_, l, _)| l.is_none()), "0 turns the check off");
+    pdd.spec.recovery.hang_seconds = Some(61);
+    pdd.spec.recovery.startup_seconds = Some(600);
+    let leader = probes(&pdd).into_iter().find_map(|(_, l, s)| l.map(|l| (l, s.unwrap()))).unwrap();
+    assert_eq!((leader.0.failure_threshold, leader.1.failure_threshold), (Some(3), Some(60)));
+    let after = render::role_revision(&pdd.spec, pd_api::Role::Prefill, &RenderOptions::default());
+    assert_ne!(before, after, "a pod's probes are fixed: a changed setting rolls the role");
+}

@@ -62,8 +62,8 @@ fn no_buffer(spec: &PDDeploymentSpec, facts: &ModelFacts, role: Role) -> Option<
     let value = |dest: &str| extra_value(release_of(spec), &spec.role(role).template.extra_args, dest);
     let arch = facts.architecture.as_deref()?;
     let granite = arch == "GraniteMoeHybridForCausalLM" && facts.state == Some(StateKind::Mamba2);
-    let radix = value("disable_radix_cache").is_none()
-        && (role == Role::Prefill || value("disaggregation_decode_enable_radix_cache").is_some());
+    let radix =
+        value("disable_radix_cache").is_none() && (role == Role::Prefill || value("disaggregation_decode_enable_radix_cache").is_some());
     if !radix || !(granite || MAMBA_RADIX_ARCHS.contains(&arch)) {
         return None;
     }
@@ -100,10 +100,7 @@ pub(super) fn check_mamba_no_buffer(role: Role, spec: &PDDeploymentSpec, facts: 
             "mamba-no-buffer-page",
             "spec.kvTransfer.pageSize",
             format!("{} (page size {page})", texts::NO_BUFFER_PAGE),
-            format!(
-                "set spec.kvTransfer.pageSize: 1, or turn the {} radix cache off (--disable-radix-cache)",
-                role.as_str()
-            ),
+            format!("set spec.kvTransfer.pageSize: 1, or turn the {} radix cache off (--disable-radix-cache)", role.as_str()),
         ));
     }
 }
