@@ -7,6 +7,7 @@ pub mod metrics;
 mod planner;
 mod reconcile;
 mod scale;
+mod slim;
 pub mod watchdog;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
