@@ -47,7 +47,10 @@ macro_rules! child_stores {
                 let (pods, events) = cached(scoped(client, ns), managed.clone(), slim_pod);
                 let controller = controller.watches_stream(events, pod_deployment);
                 $(let ($f, controller) = if !$gated || gang_api {
-                    let (cache, events) = cached(scoped::<$t>(client, ns), managed.clone(), $slim);
+                    let (cache, events) = cached(scoped::<$t>(client, ns), managed.clone(), |o: &mut $t| {
+                        $slim(o);
+                        super::slim::Slim::slim(o);
+                    });
                     (Some(cache), controller.owns_stream(events))
                 } else {
                     (None, controller)

@@ -7,6 +7,7 @@ pub mod metrics;
 mod planner;
 mod reconcile;
 mod scale;
+mod slim;
 pub mod watchdog;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -161,6 +162,9 @@ pub struct Context {
     /// the only status writer, so this is newer than a lagging cache: transitions and "nothing
     /// changed" are judged against it, or stale views would rewrite old timestamps back and forth.
     status_written: Mutex<HashMap<String, (Instant, pd_api::PDDeploymentStatus)>>,
+    /// What this process last wrote to each `PDRole`'s status (`ns/name/uid`), for the same
+    /// reason: a pass that reads a cache still without its own last write would write it again.
+    role_status_written: Mutex<HashMap<String, (Instant, pd_api::PDRoleStatus)>>,
     /// Pods this process created that the pod cache may not show yet (`ns/name` → when).
     expected_pods: Mutex<HashMap<String, Instant>>,
     /// The planner's own scrapes of each PDDeployment's engines (`ns/name/uid`), when it reads
@@ -207,6 +211,7 @@ impl Context {
             max_rendered_pods: settings.max_rendered_pods,
             stores,
             status_written: Mutex::default(),
+            role_status_written: Mutex::default(),
             expected_pods: Mutex::default(),
             scrapes: Mutex::default(),
             egress: settings.egress.clone(),
@@ -295,6 +300,21 @@ impl Context {
         // status.autoscaling is the planner's (its own field manager), never in what this writes.
         let cached = pdd.status.clone().map(|s| pd_api::PDDeploymentStatus { autoscaling: None, ..s });
         written.get(key).map(|(_, s)| s.clone()).or(cached)
+    }
+
+    /// The newest status this process knows for a `PDRole` (`ns/name/uid`): its own last write,
+    /// else the cache's.
+    fn role_status_known(&self, key: &str, cached: Option<&pd_api::PDRoleStatus>) -> Option<pd_api::PDRoleStatus> {
+        let written = self.role_status_written.lock().unwrap_or_else(|p| p.into_inner());
+        written.get(key).map(|(_, s)| s.clone()).or_else(|| cached.cloned())
+    }
+
+    /// Records a `PDRole` status this process just wrote; entries older than `STATUS_MEMORY` go
+    /// (by then the cache shows them, or the object is gone).
+    fn role_status_wrote(&self, key: String, status: pd_api::PDRoleStatus) {
+        let mut written = self.role_status_written.lock().unwrap_or_else(|p| p.into_inner());
+        written.retain(|_, (at, _)| at.elapsed() < STATUS_MEMORY);
+        written.insert(key, (Instant::now(), status));
     }
 
     /// Whether pod `ns/name` was created by this process within the expectation TTL (and is

@@ -773,6 +773,24 @@ mod tests {
         assert!(second.iter().all(|(_, p)| p.ends_with("/status")), "children written again: {second:?}");
     }
 
+    /// A cache that does not show this process's own PDRole status write yet (the watch lags):
+    /// a second pass with the same numbers writes no PDRole status again.
+    #[tokio::test]
+    async fn a_pdrole_status_is_written_once_while_the_cache_lags_behind_it() {
+        let (client, log) = scripted_api();
+        reconcile(qwen(), context(client, stores_from(&[]))).await.unwrap();
+        let first = log.lock().unwrap().clone();
+        let (client, log) = scripted_api();
+        let ctx = context(client, stores_from(&first));
+        let role_status_writes = |log: &Mutex<Vec<Recorded>>| {
+            writes(&log.lock().unwrap()).iter().filter(|(_, p)| p.contains("/pdroles/") && p.ends_with("/status")).count()
+        };
+        reconcile(qwen(), ctx.clone()).await.unwrap();
+        assert_eq!(role_status_writes(&log), 2, "each role's status, once: {:?}", writes(&log.lock().unwrap()));
+        reconcile(qwen(), ctx).await.unwrap();
+        assert_eq!(role_status_writes(&log), 2, "written again: {:?}", writes(&log.lock().unwrap()));
+    }
+
     #[tokio::test]
     async fn engine_pods_of_the_previous_release_are_adopted_not_restarted() {
         let (client, log) = scripted_api();

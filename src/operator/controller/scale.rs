@@ -27,7 +27,8 @@ pub(super) fn asked(ctx: &Context, owner: Owner<'_>) -> Asked {
 }
 
 /// Writes each `PDRole`'s status where it changed: the role's instances with pods in `observed`
-/// (the routed KV set's), the leader selector, the count run and its owner.
+/// (the routed KV set's), the leader selector, the count run and its owner. "Changed" is judged
+/// against this process's own last write when the cache does not show it yet.
 pub(super) async fn write_status(ctx: &Context, owner: Owner<'_>, scaled: &Scaled, observed: &[ObservedPod]) -> Result<(), Error> {
     let (ns, name) = (owner.ns, owner.name);
     let Some(cache) = &ctx.stores.pd_roles else { return Ok(()) };
@@ -40,7 +41,8 @@ pub(super) async fn write_status(ctx: &Context, owner: Owner<'_>, scaled: &Scale
             observed.iter().filter(|p| p.role == role && !p.deleting).map(|p| p.instance).collect();
         let selector = pd_core::names::role_leader_selector(name, role).to_string();
         let next = scaling::role_status(scaled, role, u32::try_from(present.len()).unwrap_or(u32::MAX), selector);
-        if target.status.as_ref() == Some(&next) {
+        let key = format!("{ns}/{target_name}/{}", target.metadata.uid.as_deref().unwrap_or_default());
+        if ctx.role_status_known(&key, target.status.as_ref()) == Some(next.clone()) {
             continue;
         }
         let body = serde_json::json!({"apiVersion": PDRole::api_version(&()), "kind": PDRole::kind(&()), "status": next});
@@ -49,7 +51,7 @@ pub(super) async fn write_status(ctx: &Context, owner: Owner<'_>, scaled: &Scale
             // Deleted under us (its PDDeployment going): nothing to report.
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
-            Ok(_) => {}
+            Ok(_) => ctx.role_status_wrote(key, next),
         }
     }
     Ok(())
