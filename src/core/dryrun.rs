@@ -344,11 +344,11 @@ pub enum Reading {
 }
 
 /// What a dry-run pod said without a verdict (its log's tail, a traceback's last lines), cut
-/// to the part that names the error.
+/// to the part that names the error and to printable text: the image's own output, whatever its
+/// bytes, reaches status only as `remote` shows a remote text.
 fn tail(message: &str) -> String {
     const KEEP: usize = 600;
-    let chars: Vec<char> = message.trim_end().chars().collect();
-    chars[chars.len().saturating_sub(KEEP)..].iter().collect()
+    crate::remote::tail_within(message, KEEP)
 }
 
 /// Reads the dry-run pod (`now` and its creation in seconds since the epoch, for the bound).
@@ -607,6 +607,9 @@ spec:
         assert_eq!(v.result, NO_VERDICT);
         assert!(v.message.ends_with("OSError: [Errno 30] Read-only file system: '/home/nonroot/.cache'"), "{}", v.message);
         assert!(v.message.len() < 800, "a bounded excerpt: {}", v.message.len());
+        // The image's own bytes reach status printable: no terminal escapes, no bell.
+        let Reading::Done(v) = read(&ended("\u{1b}]0;title\u{7}\u{1b}[2Jboom\r\n", 1), "k", 0) else { panic!() };
+        assert!(v.message.ends_with("; ]0;title[2Jboom"), "{}", v.message);
     }
 
     #[test]

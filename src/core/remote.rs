@@ -19,15 +19,37 @@ pub fn excerpt(text: &str) -> String {
     excerpt_within(text, EXCERPT_CHARS)
 }
 
-/// At most `max` characters of `text`: printable ASCII only (control characters, escapes and
-/// anything beyond ASCII dropped), runs of whitespace as one space, `…` where it was cut. Text
-/// that looks like markup is `HTML_PAGE` instead: a page's title or scripts are its content.
+/// At most `max` characters of `text`, `printable`, `…` where it was cut. Text that looks like
+/// markup is `HTML_PAGE` instead: a page's title or scripts are its content.
 pub fn excerpt_within(text: &str, max: usize) -> String {
     if looks_like_markup(text) {
         return HTML_PAGE.to_owned();
     }
+    let clean = printable(text);
+    if clean.chars().count() <= max {
+        return clean;
+    }
+    let mut cut: String = clean.chars().take(max).collect::<String>().trim_end().to_owned();
+    cut.push('…');
+    cut
+}
+
+/// The last `max` characters of a log or traceback, `printable`, `…` where it was cut: the end
+/// of such text names the error.
+pub fn tail_within(text: &str, max: usize) -> String {
+    let clean = printable(text);
+    let count = clean.chars().count();
+    if count <= max {
+        return clean;
+    }
+    let kept: String = clean.chars().skip(count - max).collect();
+    format!("…{}", kept.trim_start())
+}
+
+/// Printable ASCII only: control characters, escapes and anything beyond ASCII dropped, runs of
+/// whitespace as one space, none at either end.
+pub fn printable(text: &str) -> String {
     let mut out = String::new();
-    let mut count = 0;
     let mut space = false;
     for c in text.chars() {
         if c.is_ascii_whitespace() {
@@ -37,17 +59,11 @@ pub fn excerpt_within(text: &str, max: usize) -> String {
         if !c.is_ascii_graphic() {
             continue;
         }
-        let needed = usize::from(space) + 1;
-        if count + needed > max {
-            out.push('…');
-            return out;
-        }
         if space {
             out.push(' ');
             space = false;
         }
         out.push(c);
-        count += needed;
     }
     out
 }
@@ -86,6 +102,14 @@ mod tests {
         assert!(cut.ends_with('…'));
         let known = "Prefill server not fully registered yet (1 workers registered).";
         assert_eq!(excerpt_within(known, 200), known, "a short text stays whole");
+        assert_eq!(excerpt_within("ab cd", 3), "ab…", "no space before the cut mark");
+    }
+
+    #[test]
+    fn a_tail_keeps_the_end_and_drops_escapes() {
+        let log = "loading\n\u{1b}]0;owned\u{7}Traceback:\n  File \"x.py\"\nValueError: bad\r\n";
+        assert_eq!(tail_within(log, 200), "loading ]0;ownedTraceback: File \"x.py\" ValueError: bad");
+        assert_eq!(tail_within(log, 15), "…ValueError: bad");
     }
 
     proptest! {
@@ -94,6 +118,9 @@ mod tests {
             let e = excerpt_within(&text, max);
             prop_assert!(e.chars().count() <= max.max(HTML_PAGE.len()) + 1);
             prop_assert!(e.chars().all(|c| c == '…' || c == ' ' || c.is_ascii_graphic()));
+            let t = tail_within(&text, max);
+            prop_assert!(t.chars().count() <= max + 1);
+            prop_assert!(t.chars().all(|c| c == '…' || c == ' ' || c.is_ascii_graphic()));
         }
     }
 }
