@@ -558,10 +558,12 @@ impl<'a> Pass<'a> {
             ..self.status_inputs(Ok(()), (intent.revision(Role::Prefill), intent.revision(Role::Decode)))
         };
         let next = status::compute(&inputs);
-        scale::write_status(ctx, self.owner(), scaled, &routed).await?;
+        // Progress held back is held for the PDRoles too: their counts follow the PDDeployment's
+        // own within its pacing (at most `STATUS_MAX_INTERVAL`), one write each per step.
         if let Some(wait) = status_delay(ctx, &self.status_key, self.known.as_ref(), &next) {
             return Ok(Action::requeue(outcome.requeue.min(wait + Duration::from_millis(50))));
         }
+        scale::write_status(ctx, self.owner(), scaled, &routed).await?;
         if let Some((kind, reason, note)) = status::handshake_transition(self.known.as_ref(), &next) {
             let type_ = if kind == status::EventKind::Normal { EventType::Normal } else { EventType::Warning };
             ctx.event(self.pdd, type_, &reason, "Handshake", note).await;
