@@ -618,6 +618,8 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     let admin_state = AdminState { metrics: metrics.clone(), webhook: webhook_health.clone(), liveness: liveness.clone() };
     // The admin server (probes, metrics) outlives the webhook's drain: /readyz says "draining".
     let admin_stop = CancellationToken::new();
+    // Freed memory goes back to the kernel between reconcile bursts (`allocator`).
+    let give_back = tokio::spawn(crate::allocator::give_back_free_pages());
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, admin_stop.clone().cancelled_owned()));
     // Asked before the webhook serves and the reconciler starts: both judge placement.gang by it.
     let workload_api = tokio::select! {
@@ -661,6 +663,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     if tokio::time::timeout(Duration::from_secs(5), admin).await.is_err() {
         warn!("the admin server did not close its connections in time");
     }
+    give_back.abort();
     info!("controller stopped");
     Ok(())
 }
