@@ -37,13 +37,12 @@ use children::ChildStores;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
 use pd_api::conditions::HasStatus;
-use pd_api::labels::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR};
+use pd_api::labels::{APPLIED_HASH_ANNOTATION, LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR};
 use pd_core::names::SIDECAR_CONTAINER;
 use pd_core::render::{RenderError, RenderOptions};
 use pd_core::{plan, sets, status};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
-const APPLIED_HASH: &str = "pd.inference.dev/applied-hash";
 /// How long this process remembers its own status writes: by then the cache has caught up.
 const STATUS_MEMORY: Duration = Duration::from_secs(300);
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
@@ -174,7 +173,7 @@ pub struct Context {
     egress: pd_core::egress::EgressPolicy,
 }
 
-/// The content hash a child carries (`APPLIED_HASH`). An object that does not serialize is an
+/// The content hash a child carries (`APPLIED_HASH_ANNOTATION`). An object that does not serialize is an
 /// error, not the hash of nothing: every such object would share that hash, and a changed child
 /// would look unchanged.
 fn digest<T: Serialize>(obj: &T) -> Result<String, serde_json::Error> {
@@ -266,9 +265,9 @@ impl Context {
             let mut want = want.clone();
             let wname = want.meta().name.clone().unwrap_or_default();
             let hash = digest(&want).map_err(|source| Error::Serialize { what: format!("{} {ns}/{wname}", K::kind(&())), source })?;
-            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH.into(), hash.clone());
+            want.meta_mut().annotations.get_or_insert_with(BTreeMap::new).insert(APPLIED_HASH_ANNOTATION.into(), hash.clone());
             let have = existing.iter().find(|e| e.meta().name.as_deref() == Some(wname.as_str()));
-            if have.is_none_or(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) != Some(&hash)) {
+            if have.is_none_or(|h| h.meta().annotations.as_ref().and_then(|a| a.get(APPLIED_HASH_ANNOTATION)) != Some(&hash)) {
                 changed.push((wname, want));
             }
         }

@@ -13,9 +13,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::ObjectMeta;
 
-use pd_api::labels::{LABEL_DEPLOYMENT, LABEL_KV_SET};
-
-use super::APPLIED_HASH;
+use pd_api::labels::{APPLIED_HASH_ANNOTATION, LABEL_DEPLOYMENT, LABEL_KV_SET};
 
 /// What a cached object of a kind keeps; the default keeps it whole.
 pub trait Slim {
@@ -29,7 +27,7 @@ fn slim_meta(m: &mut ObjectMeta, also: Option<&str>) {
         labels.retain(|k, _| k == LABEL_DEPLOYMENT || k == LABEL_KV_SET);
     }
     if let Some(annotations) = m.annotations.as_mut() {
-        annotations.retain(|k, _| k == APPLIED_HASH || Some(k.as_str()) == also);
+        annotations.retain(|k, _| k == APPLIED_HASH_ANNOTATION || Some(k.as_str()) == also);
     }
 }
 
@@ -128,11 +126,14 @@ mod tests {
 
     #[test]
     fn a_support_object_keeps_what_sync_children_reads() {
-        let mut svc =
-            Service { metadata: meta(&[(APPLIED_HASH, "h"), ("note", "n")]), spec: Some(Default::default()), ..Default::default() };
+        let mut svc = Service {
+            metadata: meta(&[(APPLIED_HASH_ANNOTATION, "h"), ("note", "n")]),
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
         svc.slim();
         assert!(svc.spec.is_none());
-        assert_eq!(svc.metadata.annotations, Some(BTreeMap::from([(APPLIED_HASH.to_owned(), "h".to_owned())])));
+        assert_eq!(svc.metadata.annotations, Some(BTreeMap::from([(APPLIED_HASH_ANNOTATION.to_owned(), "h".to_owned())])));
         let labels: Vec<&str> = svc.metadata.labels.iter().flatten().map(|(k, _)| k.as_str()).collect();
         assert_eq!(labels, [LABEL_DEPLOYMENT, LABEL_KV_SET]);
         assert_eq!((svc.metadata.name.as_deref(), svc.metadata.uid.as_deref()), (Some("a-engines"), Some("u")));
@@ -142,11 +143,11 @@ mod tests {
     fn the_kept_model_config_keeps_its_data_and_url_and_other_config_maps_drop_theirs() {
         let data = Some(BTreeMap::from([(pd_core::hub::CONFIG_FILE.to_owned(), "{}".to_owned())]));
         let url = (pd_api::labels::MODEL_CONFIG_URL_ANNOTATION, "https://huggingface.co/x");
-        let mut kept = ConfigMap { metadata: meta(&[(APPLIED_HASH, "h"), url]), data: data.clone(), ..Default::default() };
+        let mut kept = ConfigMap { metadata: meta(&[(APPLIED_HASH_ANNOTATION, "h"), url]), data: data.clone(), ..Default::default() };
         kept.slim();
         assert_eq!(kept.data, data);
         assert_eq!(kept.metadata.annotations.as_ref().and_then(|a| a.get(url.0)).map(String::as_str), Some(url.1));
-        let mut handshake = ConfigMap { metadata: meta(&[(APPLIED_HASH, "h")]), data, ..Default::default() };
+        let mut handshake = ConfigMap { metadata: meta(&[(APPLIED_HASH_ANNOTATION, "h")]), data, ..Default::default() };
         handshake.slim();
         assert!(handshake.data.is_none());
     }
