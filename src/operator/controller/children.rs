@@ -16,7 +16,8 @@ use pd_api::PDDeployment;
 use pd_core::render::Rendered;
 
 use super::cache::{Cache, cached};
-use super::{Context, Error, pod_deployment, scoped, slim_pod, watchdog};
+use super::slim::slim_pod;
+use super::{Context, Error, pod_deployment, scoped, watchdog};
 
 /// A controller of PDDeployments.
 pub type PddController = Controller<DeserializeGuard<PDDeployment>>;
