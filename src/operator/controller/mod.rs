@@ -2,6 +2,7 @@
 
 mod cache;
 mod children;
+mod error;
 pub mod leader;
 pub mod metrics;
 mod planner;
@@ -19,7 +20,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
@@ -28,18 +29,18 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use cache::{Cache, cached};
 use children::ChildStores;
+use error::Error;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
 use pd_api::conditions::HasStatus;
 use pd_api::labels::{APPLIED_HASH_ANNOTATION, LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR};
-use pd_core::render::{RenderError, RenderOptions};
-use pd_core::{sets, status};
+use pd_core::render::RenderOptions;
+use pd_core::status;
 
 pub const FIELD_MANAGER: &str = "pd-operator";
 /// How long this process remembers its own status writes: by then the cache has caught up.
@@ -63,51 +64,6 @@ const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 /// Each watch retries after an error within these bounds (jittered, doubling).
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
-
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("render: {0}")]
-    Render(#[from] RenderError),
-    #[error("{0} has no namespace or name")]
-    Unnamed(&'static str),
-    #[error("a child cache stopped")]
-    CacheClosed,
-    #[error("no first list yet from the watches of: {0}")]
-    CacheNotReady(String),
-    #[error("the spec's own KV contract does not read back: {0}")]
-    KvContract(#[from] sets::ContractError),
-    #[error("could not serialize {what}: {source}")]
-    Serialize { what: String, source: serde_json::Error },
-    #[error("engine dry run: {0}")]
-    DryRun(#[from] pd_core::dryrun::DryRunError),
-    #[error("the model's config.json: {0}")]
-    ModelConfig(pd_core::model_read::ConfigMapError),
-}
-
-impl Error {
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "client",
-            Error::Render(_) => "render",
-            Error::Unnamed(_) => "unnamed",
-            Error::CacheClosed | Error::CacheNotReady(_) => "cache",
-            Error::KvContract(_) => "kv_contract",
-            Error::Serialize { .. } => "serialize",
-            Error::DryRun(_) => "dry_run",
-            Error::ModelConfig(_) => "model_config",
-        }
-    }
-
-    /// The apiserver refused a new object because its namespace is being deleted; the
-    /// PDDeployment goes with the namespace, so retrying only repeats the refusal.
-    fn namespace_terminating(&self) -> bool {
-        let Error::Kube(kube::Error::Api(status)) = self else { return false };
-        status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
-    }
-}
 
 /// Settings of `pd-operator controller`.
 #[derive(Clone, Debug)]
@@ -424,16 +380,6 @@ async fn write_status(
     Ok(())
 }
 
-fn error_policy(_obj: Arc<DeserializeGuard<PDDeployment>>, err: &Error, ctx: Arc<Context>) -> Action {
-    if err.namespace_terminating() {
-        info!(error = %err, "the namespace is being deleted; waiting for the PDDeployment to go with it");
-        return Action::await_change();
-    }
-    warn!(error = %err, "reconcile failed");
-    ctx.metrics.errors.get_or_create(&metrics::ErrorLabels { kind: err.metric_label().into() }).inc();
-    Action::requeue(Duration::from_secs(5))
-}
-
 /// How each watch retries after an error: on its own, briefly. After an apiserver restart every
 /// watch answers 410 Gone and re-lists; a backoff shared by all of them (kube-runtime's default
 /// trigger backoff) paused every watch for each one's error, for up to 30 s a time, and stalled
@@ -659,7 +605,7 @@ async fn run_watches(
         // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
         .graceful_shutdown_on(watches.clone().cancelled_owned())
-        .run(reconcile::reconcile, error_policy, ctx)
+        .run(reconcile::reconcile, error::error_policy, ctx)
         .for_each(move |res| {
             metrics.managed.set(pdd_store.len() as i64);
             async move {
@@ -740,20 +686,6 @@ mod tests {
         };
         assert!(conflicts_on_replicas(&conflict(".spec.replicas")));
         assert!(!conflicts_on_replicas(&conflict(".metadata.labels.app.kubernetes.io/name")));
-    }
-
-    #[test]
-    fn a_refusal_in_a_terminating_namespace_is_told_from_other_refusals() {
-        // The body kube-apiserver 1.37 sends (kind tier, a test namespace being deleted).
-        let refusal = |cause: &str| {
-            let body = serde_json::json!({"status": "Failure", "code": 403, "reason": "Forbidden",
-                "message": "pods \"a\" is forbidden: unable to create new content in namespace x because it is being terminated",
-                "details": {"name": "a", "kind": "pods", "causes": [{"reason": cause, "message": "namespace x is being terminated", "field": "metadata.namespace"}]}});
-            Error::Kube(kube::Error::Api(Box::new(serde_json::from_value(body).unwrap())))
-        };
-        assert!(refusal("NamespaceTerminating").namespace_terminating());
-        assert!(!refusal("FieldValueForbidden").namespace_terminating());
-        assert!(!Error::CacheClosed.namespace_terminating());
     }
 
     #[test]
