@@ -22,7 +22,8 @@ use pd_core::sidecar;
 use pd_core::status;
 
 use super::cache::Owner;
-use super::{Context, Error, planner, scale, status_delay, write_status};
+use super::status_writer::{status_delay, write_status};
+use super::{Context, Error, planner, scale};
 use pd_api::conditions::HasStatus;
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
