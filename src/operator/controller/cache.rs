@@ -151,7 +151,7 @@ where
     let index = DeploymentIndex::default();
     let indexed = index.clone();
     let events = watcher::watcher(api, config)
-        .backoff(super::watch_backoff())
+        .backoff(super::watches::watch_backoff())
         .modify(move |o: &mut K| {
             pd_core::scaling::keep_replicas_owners(o.meta_mut());
             slim(o);

@@ -11,21 +11,17 @@ mod scale;
 mod slim;
 mod status_writer;
 pub mod watchdog;
+mod watches;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::utils::Backoff;
-use kube::runtime::watcher;
+use kube::runtime::reflector;
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,18 +29,17 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use cache::{Cache, cached};
+use cache::Cache;
 use children::ChildStores;
 use error::Error;
 use metrics::{AdminState, Metrics};
 use pd_api::PDDeployment;
-use pd_api::labels::{APPLIED_HASH_ANNOTATION, LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR};
+use pd_api::labels::{APPLIED_HASH_ANNOTATION, OPERATOR};
 use pd_core::render::RenderOptions;
 use status_writer::STATUS_MEMORY;
+use watches::{WATCH_RETRY_MAX, WATCH_RETRY_MIN};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
-const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// How long a term's caches may wait for their first full list. A list the apiserver never
 /// answers (seen for a custom resource right after a kube-apiserver restart) would otherwise hold
 /// every reconcile until the client's read timeout (295 s); past this bound the term starts its
@@ -54,9 +49,6 @@ const CACHE_READY_BOUND: Duration = Duration::from_secs(10);
 const CACHE_READY_MAX: Duration = Duration::from_secs(160);
 /// How long a pod this process created is presumed to exist while the cache does not show it.
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
-/// Each watch retries after an error within these bounds (jittered, doubling).
-const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(4);
 
 /// Settings of `pd-operator controller`.
 #[derive(Clone, Debug)]
@@ -286,19 +278,6 @@ impl Context {
     }
 }
 
-/// How each watch retries after an error: on its own, briefly. After an apiserver restart every
-/// watch answers 410 Gone and re-lists; a backoff shared by all of them (kube-runtime's default
-/// trigger backoff) paused every watch for each one's error, for up to 30 s a time, and stalled
-/// reconciling for minutes.
-fn watch_backoff() -> impl Backoff {
-    let retry = backon::ExponentialBuilder::default()
-        .with_min_delay(WATCH_RETRY_MIN)
-        .with_max_delay(WATCH_RETRY_MAX)
-        .with_jitter()
-        .without_max_times();
-    watcher::ExponentialBackoff::from(retry)
-}
-
 /// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup in
 /// `scheduling.k8s.io/v1beta1`). Asked once at start, since it changes only with the cluster, and
 /// shared by the reconciler and the webhook, so both judge `placement.gang` by one answer. An
@@ -322,76 +301,6 @@ async fn serves_pod_groups(client: &Client) -> bool {
                 "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none, workload is refused"
             );
             false
-        }
-    }
-}
-
-/// The merged trigger stream's backoff: none, since every watch already backs off on its own.
-struct NoSharedBackoff;
-
-impl Iterator for NoSharedBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        Some(Duration::ZERO)
-    }
-}
-
-impl Backoff for NoSharedBackoff {
-    fn reset(&mut self) {}
-}
-
-/// The PDDeployment a pod event wakes: the one its `pd.inference.dev/deployment` label names. By
-/// owner it would miss the router's pods, which the router Deployment's ReplicaSet owns: a KV set
-/// surge waits for the old router pod to be gone, and its going changes nothing the PDDeployment
-/// owns (the kind tier's surge waited out the 300 s resync for it).
-fn pod_deployment(pod: Pod) -> Option<reflector::ObjectRef<DeserializeGuard<PDDeployment>>> {
-    let ns = pod.metadata.namespace.as_deref()?;
-    let name = pod.metadata.labels.as_ref()?.get(LABEL_DEPLOYMENT)?;
-    Some(reflector::ObjectRef::new(name).within(ns))
-}
-
-/// `managed-by=pd-operator`: the label every child carries and every child watch selects.
-fn managed_selector() -> String {
-    format!("{MANAGED_BY}={OPERATOR}")
-}
-
-/// An API for `K` in the watched namespace, or in all namespaces.
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// Every `watchdog::CHECK_EVERY`, compares each watch cache with a metadata list of the same
-/// scope, and reports a watch that stopped delivering to `/livez`.
-async fn watch_the_watches(
-    client: Client,
-    namespace: Option<String>,
-    pdds: Store<DeserializeGuard<PDDeployment>>,
-    stores: ChildStores,
-    liveness: Arc<watchdog::Liveness>,
-) {
-    let mut tracker = watchdog::Tracker::default();
-    let (ns, selector) = (namespace.as_deref(), managed_selector());
-    loop {
-        tokio::time::sleep(watchdog::CHECK_EVERY).await;
-        let checks =
-            futures::future::try_join(watchdog::check(scoped(&client, ns), None, &pdds), stores.divergence(&client, ns, &selector));
-        match checks.await {
-            Ok((pdd_divergence, children)) => {
-                let now = Instant::now();
-                for (kind, divergent) in std::iter::once(("pddeployments", pdd_divergence)).chain(children) {
-                    tracker.observe(kind, divergent, now);
-                }
-                liveness.set(tracker.stalled(now));
-            }
-            // It answered, but refused: the watchdog is blind until that is fixed (RBAC?).
-            Err(e @ kube::Error::Api(_)) => warn!(error = %e, "the apiserver refused the watchdog's lists; nothing judged"),
-            Err(e) => tracing::debug!(error = %e, "the apiserver did not answer the watchdog's lists; nothing judged"),
         }
     }
 }
@@ -483,54 +392,9 @@ async fn reconcile_term(
 ) {
     let mut bound = CACHE_READY_BOUND;
     while !term.is_cancelled() {
-        run_watches(client, settings, (metrics.clone(), liveness.clone()), term.child_token(), bound).await;
+        watches::run_watches(client, settings, (metrics.clone(), liveness.clone()), term.child_token(), bound).await;
         bound = (bound * 2).min(CACHE_READY_MAX);
     }
-}
-
-/// Caches, watches and the controller, until `watches` is cancelled: by the term's end, or by
-/// `restart_unready` when a cache has had no first list in time.
-async fn run_watches(
-    client: &Client,
-    settings: &Settings,
-    (metrics, liveness): (Arc<Metrics>, Arc<watchdog::Liveness>),
-    watches: CancellationToken,
-    bound: Duration,
-) {
-    let ns = settings.namespace.as_deref();
-    let (pdd_cache, pdd_events) =
-        cached(scoped::<DeserializeGuard<PDDeployment>>(client, ns), watcher::Config::default().any_semantic(), |_| {});
-    let pdd_store = pdd_cache.store;
-    let controller = Controller::for_stream(pdd_events, pdd_store.clone()).trigger_backoff(NoSharedBackoff);
-    let (stores, controller) = ChildStores::watch(client, ns, settings.render.workload_api, controller);
-    let ctx = Arc::new(Context::new(client.clone(), settings, metrics.clone(), stores.clone()));
-    info!(namespace = ns.unwrap_or("<all>"), "controller started");
-    let restart = tokio::spawn(restart_unready(pdd_store.clone(), stores.clone(), watches.clone(), bound));
-    let watchdog = tokio::spawn(watch_the_watches(client.clone(), settings.namespace.clone(), pdd_store.clone(), stores, liveness));
-    let controller = controller
-        // Pods of one PDDeployment change state in bursts; one reconcile per burst is enough.
-        .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE).concurrency(settings.max_concurrent_reconciles))
-        .graceful_shutdown_on(watches.clone().cancelled_owned())
-        .run(reconcile::reconcile, error::error_policy, ctx)
-        .for_each(move |res| {
-            metrics.managed.set(pdd_store.len() as i64);
-            async move {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "controller event");
-                }
-            }
-        });
-    // The end finishes within a bound, whatever is still in flight.
-    let deadline = async move {
-        watches.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        _ = controller => {},
-        _ = deadline => warn!(grace = ?SHUTDOWN_GRACE, "reconciles did not drain in time; stopping anyway"),
-    }
-    restart.abort();
-    watchdog.abort();
 }
 
 /// Cancels `watches` when, `bound` after they started, a cache has had no first list.
@@ -554,6 +418,8 @@ async fn restart_unready(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
 
     /// Caches whose watch never delivers a first list (the writer lives, nothing is applied).
@@ -592,22 +458,6 @@ mod tests {
         };
         assert!(conflicts_on_replicas(&conflict(".spec.replicas")));
         assert!(!conflicts_on_replicas(&conflict(".metadata.labels.app.kubernetes.io/name")));
-    }
-
-    #[test]
-    fn a_pod_wakes_the_pddeployment_its_label_names_whoever_owns_it() {
-        let pod = |labels: &[(&str, &str)]| Pod {
-            metadata: kube::api::ObjectMeta {
-                namespace: Some("ns".into()),
-                labels: Some(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        // A router pod: owned by a ReplicaSet, labelled with its PDDeployment.
-        let router = pod(&[(LABEL_DEPLOYMENT, "pd"), ("pod-template-hash", "abc")]);
-        assert_eq!(pod_deployment(router), Some(reflector::ObjectRef::new("pd").within("ns")));
-        assert_eq!(pod_deployment(pod(&[("app", "other")])), None);
     }
 
     #[test]
