@@ -2,6 +2,7 @@
 
 mod cache;
 mod children;
+mod discovery;
 mod error;
 pub mod leader;
 pub mod metrics;
@@ -37,7 +38,6 @@ use pd_api::PDDeployment;
 use pd_api::labels::{APPLIED_HASH_ANNOTATION, OPERATOR};
 use pd_core::render::RenderOptions;
 use status_writer::STATUS_MEMORY;
-use watches::{WATCH_RETRY_MAX, WATCH_RETRY_MIN};
 
 pub const FIELD_MANAGER: &str = "pd-operator";
 /// How long a term's caches may wait for their first full list. A list the apiserver never
@@ -278,33 +278,6 @@ impl Context {
     }
 }
 
-/// Whether the cluster serves Kubernetes' gang scheduling API (PodGroup in
-/// `scheduling.k8s.io/v1beta1`). Asked once at start, since it changes only with the cluster, and
-/// shared by the reconciler and the webhook, so both judge `placement.gang` by one answer. An
-/// apiserver that does not answer is asked again until it does; one that refuses to say counts
-/// as not serving it: `gang: workload` is then refused, not rendered against an absent API.
-async fn serves_pod_groups(client: &Client) -> bool {
-    use backon::Retryable;
-    let ask = || client.list_api_group_resources("scheduling.k8s.io/v1beta1");
-    // An answer: the group version's resources, or a 4xx (404: not served) other than 429.
-    let unanswered = |e: &kube::Error| !matches!(e, kube::Error::Api(s) if s.code < 500 && s.code != 429);
-    let retry = backon::ExponentialBuilder::default().with_min_delay(WATCH_RETRY_MIN).with_max_delay(WATCH_RETRY_MAX).without_max_times();
-    let asked = ask.retry(retry).when(unanswered).notify(|e, delay| {
-        warn!(error = %e, retry_in = ?delay, "cannot ask the apiserver whether it serves gang scheduling (scheduling.k8s.io/v1beta1); retrying")
-    });
-    match asked.await {
-        Ok(list) if list.resources.iter().any(|r| r.name == "podgroups") => true,
-        answer => {
-            let why = answer.map_or_else(|e| e.to_string(), |_| "the group version lists no podgroups".into());
-            info!(
-                why,
-                "no Kubernetes gang scheduling API (scheduling.k8s.io/v1beta1 PodGroup): placement.gang auto means none, workload is refused"
-            );
-            false
-        }
-    }
-}
-
 /// Runs the controller until SIGTERM/SIGINT. With leader election it reconciles only while it
 /// holds the lease; a replica that loses it (the apiserver unreachable past the renew deadline,
 /// or another replica took over) stops reconciling, drops its caches and stands by again, while
@@ -322,7 +295,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     let admin = tokio::spawn(metrics::serve(settings.admin_addr, admin_state, admin_stop.clone().cancelled_owned()));
     // Asked before the webhook serves and the reconciler starts: both judge placement.gang by it.
     let workload_api = tokio::select! {
-        served = async { settings.discover_workload_api && serves_pod_groups(&client).await } => served,
+        served = async { settings.discover_workload_api && discovery::serves_pod_groups(&client).await } => served,
         _ = stop.cancelled() => false,
     };
     let settings = Settings { render: RenderOptions { workload_api, ..settings.render }, ..settings };
