@@ -123,8 +123,13 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
 
     /// The children of `owner`.
     pub fn children(&self, owner: Owner<'_>) -> Vec<Arc<K>> {
-        self.labelled(owner.ns, owner.name).into_iter().filter(|o| super::owned_by(o.meta(), owner.uid)).collect()
+        self.labelled(owner.ns, owner.name).into_iter().filter(|o| owned_by(o.meta(), owner.uid)).collect()
     }
+}
+
+/// Whether `meta` names `uid` among its owners.
+pub(super) fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.uid == uid)
 }
 
 /// A PDDeployment as the owner of children: what finds them in a cache and applies them.

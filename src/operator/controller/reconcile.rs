@@ -196,7 +196,7 @@ impl<'a> Pass<'a> {
         let label = |p: &Pod, key: &str| p.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
         let mine = ctx.stores.pods.labelled(&ns, &name);
         for pod in &mine {
-            if super::owned_by(&pod.metadata, &uid) {
+            if super::cache::owned_by(&pod.metadata, &uid) {
                 observed.extend(ObservedPod::from_pod(pod));
             } else if label(pod, pd_api::labels::LABEL_ROLE).as_deref() == Some(pd_api::labels::ROUTER_ROLE) {
                 router_pod_sets.insert(label(pod, pd_api::labels::LABEL_KV_SET).unwrap_or_default());
