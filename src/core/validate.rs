@@ -176,8 +176,8 @@ const DNS_LABEL_MAX: usize = 63;
 
 /// The rule only the cluster decides: `placement.gang: workload` needs Kubernetes' gang
 /// scheduling API, which the operator asks the cluster about once at start
-/// (`controller::serves_pod_groups`). The webhook denies with it; the controller reports it as
-/// `Validated=False` for objects stored before (or without) the webhook.
+/// (`controller::discovery::serves_pod_groups`). The webhook denies with it; the controller
+/// reports it as `Validated=False` for objects stored before (or without) the webhook.
 pub fn gang_api(spec: &PDDeploymentSpec, served: bool) -> Option<Finding> {
     (spec.placement.gang == pd_api::GangMode::Workload && !served).then(|| {
         Finding::error(

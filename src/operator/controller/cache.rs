@@ -123,8 +123,13 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cache<K> {
 
     /// The children of `owner`.
     pub fn children(&self, owner: Owner<'_>) -> Vec<Arc<K>> {
-        self.labelled(owner.ns, owner.name).into_iter().filter(|o| super::owned_by(o.meta(), owner.uid)).collect()
+        self.labelled(owner.ns, owner.name).into_iter().filter(|o| owned_by(o.meta(), owner.uid)).collect()
     }
+}
+
+/// Whether `meta` names `uid` among its owners.
+pub(super) fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.uid == uid)
 }
 
 /// A PDDeployment as the owner of children: what finds them in a cache and applies them.
@@ -151,7 +156,7 @@ where
     let index = DeploymentIndex::default();
     let indexed = index.clone();
     let events = watcher::watcher(api, config)
-        .backoff(super::watch_backoff())
+        .backoff(super::watches::watch_backoff())
         .modify(move |o: &mut K| {
             pd_core::scaling::keep_replicas_owners(o.meta_mut());
             slim(o);

@@ -16,7 +16,9 @@ use pd_api::PDDeployment;
 use pd_core::render::Rendered;
 
 use super::cache::{Cache, cached};
-use super::{Context, Error, pod_deployment, scoped, slim_pod, watchdog};
+use super::slim::slim_pod;
+use super::watches::{managed_selector, pod_deployment, scoped};
+use super::{Context, Error, watchdog};
 
 /// A controller of PDDeployments.
 pub type PddController = Controller<DeserializeGuard<PDDeployment>>;
@@ -43,7 +45,7 @@ macro_rules! child_stores {
             /// Caches and watches every child kind, and has `controller` reconcile the owner of
             /// each changed child (a pod, by its deployment label).
             pub fn watch(client: &Client, ns: Option<&str>, gang_api: bool, controller: PddController) -> (Self, PddController) {
-                let managed = watcher::Config::default().labels(&super::managed_selector());
+                let managed = watcher::Config::default().labels(&managed_selector());
                 let (pods, events) = cached(scoped(client, ns), managed.clone(), slim_pod);
                 let controller = controller.watches_stream(events, pod_deployment);
                 $(let ($f, controller) = if !$gated || gang_api {

@@ -22,7 +22,8 @@ use pd_core::sidecar;
 use pd_core::status;
 
 use super::cache::Owner;
-use super::{Context, Error, planner, scale, status_delay, write_status};
+use super::status_writer::{status_delay, write_status};
+use super::{Context, Error, planner, scale};
 use pd_api::conditions::HasStatus;
 use pd_api::{PDDeployment, PDDeploymentStatus};
 use pd_api::{Role, RolloutStrategy};
@@ -195,7 +196,7 @@ impl<'a> Pass<'a> {
         let label = |p: &Pod, key: &str| p.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
         let mine = ctx.stores.pods.labelled(&ns, &name);
         for pod in &mine {
-            if super::owned_by(&pod.metadata, &uid) {
+            if super::cache::owned_by(&pod.metadata, &uid) {
                 observed.extend(ObservedPod::from_pod(pod));
             } else if label(pod, pd_api::labels::LABEL_ROLE).as_deref() == Some(pd_api::labels::ROUTER_ROLE) {
                 router_pod_sets.insert(label(pod, pd_api::labels::LABEL_KV_SET).unwrap_or_default());

@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn the_ready_leaders_of_the_pod_cache_are_scraped_at_their_address() {
         let mut leader = pod("decode", "0", "True");
-        crate::controller::slim_pod(&mut leader);
+        crate::controller::slim::slim_pod(&mut leader);
         let t = target(&leader).expect("a Ready leader, as the cache keeps it, is a target");
         assert_eq!((t.role, t.pod.as_str(), t.addr.as_str()), (Role::Decode, "m-decode-0-0", "10.1.2.3:30000"));
         assert!(target(&pod("prefill", "1", "True")).is_none(), "a worker node of a multi-node instance serves no HTTP");

@@ -34,7 +34,7 @@ impl Pass<'_> {
     /// Leaves out of `rendered` a fetch Job another PDDeployment owns: it is shared, not taken over.
     pub(super) fn share_fetch(&self, rendered: &mut Rendered) {
         if let Some((name, Some(job))) = self.fetch_job()
-            && !super::super::owned_by(&job.metadata, &self.uid)
+            && !super::super::cache::owned_by(&job.metadata, &self.uid)
         {
             rendered.jobs.retain(|j| j.metadata.name.as_deref() != Some(name.as_str()));
         }
