@@ -135,6 +135,8 @@ impl Context {
         }
     }
 
+    /// Publishes an Event on `pdd` (its note cut to 1,000 characters); a failure is logged, never
+    /// fails the reconcile.
     pub(super) async fn event(&self, pdd: &PDDeployment, type_: EventType, reason: &str, action: &str, note: String) {
         let ev =
             Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary: None };

@@ -39,7 +39,8 @@ pub(super) enum Error {
 }
 
 impl Error {
-    pub fn metric_label(&self) -> &'static str {
+    /// The `kind` label of the errors metric: one word per family of failure.
+    pub(super) fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(kube::Error::Api(_)) => "api",
             Error::Kube(_) => "client",

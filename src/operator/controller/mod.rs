@@ -26,14 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::core::DeserializeGuard;
-use kube::runtime::reflector;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use children::ChildStores;
 use metrics::{AdminState, Metrics};
-use pd_api::PDDeployment;
 use pd_core::render::RenderOptions;
 
 pub use context::{LeaderSettings, Settings};
@@ -42,7 +38,8 @@ pub use context::{LeaderSettings, Settings};
 use context::Context;
 use error::Error;
 
-pub const FIELD_MANAGER: &str = "pd-operator";
+/// The field manager of every server-side apply the reconciler makes (the planner has its own).
+const FIELD_MANAGER: &str = "pd-operator";
 /// How long a term's caches may wait for their first full list. A list the apiserver never
 /// answers (seen for a custom resource right after a kube-apiserver restart) would otherwise hold
 /// every reconcile until the client's read timeout (295 s); past this bound the term starts its
@@ -113,6 +110,7 @@ pub async fn run(client: Client, settings: Settings) -> Result<(), Box<dyn std::
     Ok(())
 }
 
+/// How long a lease this replica holds stays valid without a renewal.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// Renews the lease until the term ends; ends the term when leadership is lost.
@@ -140,55 +138,5 @@ async fn reconcile_term(
     while !term.is_cancelled() {
         watches::run_watches(client, settings, (metrics.clone(), liveness.clone()), term.child_token(), bound).await;
         bound = (bound * 2).min(CACHE_READY_MAX);
-    }
-}
-
-/// Cancels `watches` when, `bound` after they started, a cache has had no first list.
-async fn restart_unready(
-    pdd_store: reflector::Store<DeserializeGuard<PDDeployment>>,
-    stores: ChildStores,
-    watches: CancellationToken,
-    bound: Duration,
-) {
-    use futures::FutureExt;
-    tokio::time::sleep(bound).await;
-    let mut waiting = stores.not_ready();
-    if pdd_store.wait_until_ready().now_or_never().is_none() {
-        waiting.push("pddeployments");
-    }
-    if !waiting.is_empty() {
-        warn!(kinds = waiting.join(", "), ?bound, "watches got no first list in time; starting them afresh");
-        watches.cancel();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Caches whose watch never delivers a first list (the writer lives, nothing is applied).
-    struct NeverListed;
-
-    impl children::CacheSource for NeverListed {
-        fn cache<K>(&self) -> cache::Cache<K>
-        where
-            K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-        {
-            let (reader, writer) = reflector::store();
-            std::mem::forget(writer);
-            cache::Cache::new(reader, Default::default())
-        }
-    }
-
-    #[tokio::test]
-    async fn watches_whose_caches_get_no_first_list_are_started_afresh() {
-        let stores = ChildStores::from_source(&NeverListed);
-        let waiting = stores.not_ready();
-        assert!(waiting.contains(&"pods") && waiting.contains(&"pdroles"), "{waiting:?}");
-        let (pdds, writer) = reflector::store::<DeserializeGuard<PDDeployment>>();
-        std::mem::forget(writer);
-        let watches = CancellationToken::new();
-        restart_unready(pdds, stores, watches.clone(), Duration::from_millis(5)).await;
-        assert!(watches.is_cancelled(), "a term whose caches never fill starts its watches again");
     }
 }

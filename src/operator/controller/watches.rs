@@ -23,7 +23,7 @@ use pd_api::labels::{LABEL_DEPLOYMENT, MANAGED_BY, OPERATOR};
 use super::cache::cached;
 use super::children::ChildStores;
 use super::metrics::Metrics;
-use super::{Context, Settings, error, reconcile, restart_unready, watchdog};
+use super::{Context, Settings, error, reconcile, watchdog};
 
 /// Events of one PDDeployment this close together are one reconcile.
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(500);
@@ -161,9 +161,55 @@ pub(super) async fn run_watches(
     watchdog.abort();
 }
 
+/// Cancels `watches` when, `bound` after they started, a cache has had no first list.
+async fn restart_unready(
+    pdd_store: reflector::Store<DeserializeGuard<PDDeployment>>,
+    stores: ChildStores,
+    watches: CancellationToken,
+    bound: Duration,
+) {
+    use futures::FutureExt;
+    tokio::time::sleep(bound).await;
+    let mut waiting = stores.not_ready();
+    if pdd_store.wait_until_ready().now_or_never().is_none() {
+        waiting.push("pddeployments");
+    }
+    if !waiting.is_empty() {
+        warn!(kinds = waiting.join(", "), ?bound, "watches got no first list in time; starting them afresh");
+        watches.cancel();
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::{cache, children};
     use super::*;
+
+    /// Caches whose watch never delivers a first list (the writer lives, nothing is applied).
+    struct NeverListed;
+
+    impl children::CacheSource for NeverListed {
+        fn cache<K>(&self) -> cache::Cache<K>
+        where
+            K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        {
+            let (reader, writer) = reflector::store();
+            std::mem::forget(writer);
+            cache::Cache::new(reader, Default::default())
+        }
+    }
+
+    #[tokio::test]
+    async fn watches_whose_caches_get_no_first_list_are_started_afresh() {
+        let stores = ChildStores::from_source(&NeverListed);
+        let waiting = stores.not_ready();
+        assert!(waiting.contains(&"pods") && waiting.contains(&"pdroles"), "{waiting:?}");
+        let (pdds, writer) = reflector::store::<DeserializeGuard<PDDeployment>>();
+        std::mem::forget(writer);
+        let watches = CancellationToken::new();
+        restart_unready(pdds, stores, watches.clone(), Duration::from_millis(5)).await;
+        assert!(watches.is_cancelled(), "a term whose caches never fill starts its watches again");
+    }
 
     #[test]
     fn a_pod_wakes_the_pddeployment_its_label_names_whoever_owns_it() {
