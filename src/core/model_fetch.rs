@@ -278,6 +278,13 @@ pub struct Fetch {
     pub message: String,
 }
 
+impl Fetch {
+    /// `ModelReady`'s status, reason and message.
+    pub fn condition(&self) -> (bool, &str, String) {
+        (self.ready, &self.reason, self.message.clone())
+    }
+}
+
 /// The Job's progress annotation.
 pub fn job_progress(job: &Job) -> Option<Progress> {
     job.metadata.annotations.as_ref()?.get(PROGRESS_ANNOTATION).and_then(|t| Progress::parse(t))

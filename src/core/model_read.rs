@@ -381,6 +381,11 @@ pub struct Resolution {
 }
 
 impl Resolution {
+    /// `ModelConfigResolved`'s status, reason and message.
+    pub fn condition(&self) -> (bool, &str, String) {
+        (self.resolved, &self.reason, self.message.clone())
+    }
+
     /// A source's config.json, read by the Job and kept.
     pub fn read(read: &SourceRead, config_map: &str) -> Self {
         Self { resolved: true, reason: "Resolved".into(), message: format!("{} read, kept in ConfigMap {config_map}", read.origin) }

@@ -13,6 +13,18 @@ pub const BACKOFF_MAX: SignedDuration = SignedDuration::from_secs(300);
 /// The `Degraded` reason (and the Event's) of an instance left down.
 pub const EXHAUSTED: &str = "RecoveryBudgetExhausted";
 
+/// What recovery has to report on a pass: the `Degraded` causes it owns and the recreations that
+/// count (`status.recoveries`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Standing {
+    /// Why an instance is being recreated right now (or waits out its backoff), if one is.
+    pub recreating: Option<String>,
+    /// Why an instance that spent its recovery budget is left down, if one is.
+    pub held: Option<String>,
+    /// The recreations that still count against each instance's budget, this pass's included.
+    pub counted: Vec<InstanceRecovery>,
+}
+
 /// `spec.recovery` for one generation of the spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {

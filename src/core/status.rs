@@ -34,12 +34,8 @@ pub struct StatusInputs<'a> {
     pub revisions: (&'a str, &'a str),
     /// Ready router replicas, or None when the router is disabled.
     pub router_ready: Option<i32>,
-    /// Why an instance is being recreated right now, if one is.
-    pub degraded: Option<String>,
-    /// Why an instance that spent its recovery budget is left down, if one is.
-    pub held: Option<String>,
-    /// The recreations that still count against each instance's budget (`recovery`).
-    pub recoveries: Vec<pd_api::InstanceRecovery>,
+    /// Recreations under way, instances left down and the recreations that count (`recovery`).
+    pub recovery: crate::recovery::Standing,
     /// The KV sets (`observed` holds the routed set's pods).
     pub kv_set: Option<pd_api::KvSetStatus>,
     /// The page size both roles run with (`Rendered::page_size`), once rendered.
@@ -231,10 +227,12 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
     let waiting = unresolved(inputs);
     let valid = inputs.validation.is_ok() && !waiting;
     if let Some(m) = &inputs.model_config {
-        conditions.push(cond(crate::model_read::CONDITION, Some(m.resolved), &m.reason, m.message.clone()));
+        let (resolved, reason, message) = m.condition();
+        conditions.push(cond(crate::model_read::CONDITION, Some(resolved), reason, message));
     }
     if let Some(f) = &inputs.model_fetch {
-        conditions.push(cond(crate::model_fetch::CONDITION, Some(f.ready), &f.reason, f.message.clone()));
+        let (ready, reason, message) = f.condition();
+        conditions.push(cond(crate::model_fetch::CONDITION, Some(ready), reason, message));
     }
     conditions.push(match &inputs.validation {
         // The rules are not run on a guess: the spec is neither valid nor invalid yet.
@@ -288,7 +286,7 @@ pub fn compute(inputs: &StatusInputs) -> PDDeploymentStatus {
         // this apply never owns it, so leaves it alone.
         autoscaling: None,
         model: inputs.model_fetch.as_ref().map(|f| f.status.clone()),
-        recoveries: inputs.recoveries.clone(),
+        recoveries: inputs.recovery.counted.clone(),
     }
 }
 
@@ -389,11 +387,11 @@ fn progressing(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount)
 /// `Degraded`: an instance spent its recovery budget and is left down, a role that served has no
 /// ready instance, an instance is being recreated, or the spec is invalid.
 fn degraded(inputs: &StatusInputs, valid: bool, p: &RoleCount, d: &RoleCount) -> Condition {
-    if let Some(why) = &inputs.held {
+    if let Some(why) = &inputs.recovery.held {
         return cond(DEGRADED, Some(true), crate::recovery::EXHAUSTED, why.clone());
     }
     let lost = [(Role::Prefill, p), (Role::Decode, d)].into_iter().find(|(role, c)| role_lost(inputs.previous, *role, c));
-    match (&inputs.degraded, lost) {
+    match (&inputs.recovery.recreating, lost) {
         (_, Some((role, _))) => cond(
             DEGRADED,
             Some(true),
@@ -537,9 +535,7 @@ mod tests {
             engine_verification: None,
             revisions: ("", ""),
             router_ready: None,
-            degraded: None,
-            held: None,
-            recoveries: Vec::new(),
+            recovery: Default::default(),
             kv_set: None,
             page_size: None,
             scaling: None,
@@ -670,8 +666,7 @@ mod tests {
             observed_generation: None,
         };
         let inputs = StatusInputs {
-            held: Some(held.clone()),
-            recoveries: vec![entry.clone()],
+            recovery: crate::recovery::Standing { held: Some(held.clone()), counted: vec![entry.clone()], ..Default::default() },
             previous: Some(&served),
             ..one_pod_instances(&pdd, &[])
         };

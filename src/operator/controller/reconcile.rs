@@ -174,12 +174,8 @@ struct Pass<'a> {
 /// What applying the plan left to report.
 struct Outcome {
     requeue: Duration,
-    /// Why an instance is being recreated (or waits out its backoff).
-    degraded: Option<String>,
-    /// Why an instance that spent its recovery budget is left down.
-    held: Option<String>,
-    /// The recreations that count against each instance's budget, this pass's included.
-    recoveries: Vec<pd_api::InstanceRecovery>,
+    /// Recreations under way, instances left down, the recreations that count.
+    recovery: recovery::Standing,
 }
 
 impl<'a> Pass<'a> {
@@ -244,7 +240,7 @@ impl<'a> Pass<'a> {
 
     /// An outcome with nothing applied: requeue after `requeue`, the recoveries as they were.
     fn outcome(&self, requeue: Duration) -> Outcome {
-        Outcome { requeue, degraded: None, held: None, recoveries: self.recoveries() }
+        Outcome { requeue, recovery: recovery::Standing { counted: self.recoveries(), ..Default::default() } }
     }
 
     fn status_inputs<'s>(&'s self, validation: Result<(), String>, revisions: (&'s str, &'s str)) -> status::StatusInputs<'s> {
@@ -256,9 +252,7 @@ impl<'a> Pass<'a> {
             nodes: (self.pdd.spec.prefill.nodes_per_instance(), self.pdd.spec.decode.nodes_per_instance()),
             revisions,
             router_ready: None,
-            degraded: None,
-            held: None,
-            recoveries: self.recoveries(),
+            recovery: recovery::Standing { counted: self.recoveries(), ..Default::default() },
             kv_set: None,
             page_size: None,
             scaling: None,
@@ -418,9 +412,9 @@ impl<'a> Pass<'a> {
             return true;
         }
         let (budget, now) = (self.budget(), self.now.0);
-        match budget.decide(&outcome.recoveries, d.role, d.instance, now) {
+        match budget.decide(&outcome.recovery.counted, d.role, d.instance, now) {
             Verdict::Backoff(wait) => {
-                outcome.degraded = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
+                outcome.recovery.recreating = Some(format!("{}; recreating in {}s (backoff)", d.why, wait.as_secs()));
                 outcome.requeue = outcome.requeue.min(Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(100));
                 false
             }
@@ -429,8 +423,8 @@ impl<'a> Pass<'a> {
                 false
             }
             Verdict::Recreate => {
-                let count = budget.record(&mut outcome.recoveries, d.role, d.instance, &d.why, now);
-                outcome.degraded = Some(d.why.clone());
+                let count = budget.record(&mut outcome.recovery.counted, d.role, d.instance, &d.why, now);
+                outcome.recovery.recreating = Some(d.why.clone());
                 let (role, i, window) = (d.role.as_str(), d.instance, budget.window.as_secs());
                 let note = format!("{}: recreating {role} instance {i} whole (recreation {count} of {} in {window}s)", d.why, budget.max);
                 ctx.event(pdd, EventType::Warning, "InstanceRecreated", "Recreate", note).await;
@@ -443,7 +437,7 @@ impl<'a> Pass<'a> {
     /// says so, and a pass comes back when its window closes.
     async fn hold(&self, d: &plan::InstanceDelete, until: Option<jiff::Timestamp>, outcome: &mut Outcome) {
         let now = self.now.0;
-        let message = self.budget().exhausted_message(&outcome.recoveries, d.role, d.instance, &d.why, now);
+        let message = self.budget().exhausted_message(&outcome.recovery.counted, d.role, d.instance, &d.why, now);
         if let Some(until) = until {
             let left = Duration::try_from(until.duration_since(now)).unwrap_or_default();
             outcome.requeue = outcome.requeue.min(left + Duration::from_millis(100));
@@ -454,7 +448,7 @@ impl<'a> Pass<'a> {
         if !told {
             self.ctx.event(self.pdd, EventType::Warning, recovery::EXHAUSTED, "Recreate", message.clone()).await;
         }
-        outcome.held = Some(match outcome.held.take() {
+        outcome.recovery.held = Some(match outcome.recovery.held.take() {
             Some(before) => format!("{before}; {message}"),
             None => message,
         });
@@ -548,9 +542,7 @@ impl<'a> Pass<'a> {
         let routed: Vec<ObservedPod> = self.observed.iter().filter(|p| p.set == sets.routed).cloned().collect();
         let inputs = status::StatusInputs {
             router_ready,
-            degraded: outcome.degraded,
-            held: outcome.held,
-            recoveries: outcome.recoveries,
+            recovery: outcome.recovery,
             observed: &routed,
             kv_set: Some(sets.status),
             page_size: Some(page_size),
