@@ -8,7 +8,8 @@
 #   hack/parity.sh --sample   examples + rule-test specs + a fixed-seed sample per release, for CI
 # Both first run the engine dry run's shim on 0.5.19-0.5.23 (hack/dry-run-shim.sh).
 # Env: PARITY_RELEASES="0.5.21 0.5.22 0.5.23" picks releases; PARITY_GENERATED=N and
-# PARITY_SEED=S override the generated corpus; PARITY_TABLE_ARGS=N the number of specs whose
+# PARITY_SEED=S override the generated corpus; PARITY_GENERATED_STATE=N the generated specs of
+# hybrid-state models (default 1000, --sample 40 on the reference and 20 on older releases); PARITY_TABLE_ARGS=N the number of specs whose
 # extraArgs are drawn from each release's option table (default 1000, --sample 60; a false
 # admission there that tests/parity/startup-gaps.txt lists is a known gap, not a failure);
 # PARITY_JOBS=N oracle workers per accelerator profile (default 2); PARITY_JSON=prefix keeps the
@@ -40,19 +41,20 @@ PD_PARITY_DUMP="$work/rules" cargo test --quiet --locked -p pd-core --test rules
 failed=()
 for release in $releases; do
   n=$generated
+  state=${PARITY_GENERATED_STATE:-1000}
   args=(--release "$release")
   if [ "$release" = "$REFERENCE" ]; then
     # The DeepSeek-V4 KV layout corpus: the layout is in the handshake from 0.5.23 on.
     args+=(--layouts)
-    $sample && n=${PARITY_GENERATED:-300}
+    $sample && n=${PARITY_GENERATED:-300} && state=${PARITY_GENERATED_STATE:-40}
   else
     args+=(--release-dir "$(hack/sglang-release.sh "$release")")
     # The older releases' sample is smaller: the reference carries the layout corpus and most rules.
-    $sample && n=${PARITY_GENERATED:-120}
+    $sample && n=${PARITY_GENERATED:-120} && state=${PARITY_GENERATED_STATE:-20}
   fi
-  echo "[parity] SGLang $release: examples, rule specs, $n generated specs, $table_args option-table specs" >&2
+  echo "[parity] SGLang $release: examples, rule specs, $n generated specs, $state of hybrid-state models, $table_args option-table specs" >&2
   "$python" tests/parity/parity.py --parity-cases "$target/debug/parity-cases" --python "$python" "${args[@]}" \
-    --examples examples/*.yaml --rules-dir "$work/rules" --generated "$n" --table-args "$table_args" --seed "$seed" \
+    --examples examples/*.yaml --rules-dir "$work/rules" --generated "$n" --generated-state "$state" --table-args "$table_args" --seed "$seed" \
     --workdir "$work/$release" --jobs "${PARITY_JOBS:-2}" ${PARITY_JSON:+--json "$PARITY_JSON-$release.json"} \
     ${cache:+--oracle-cache "$cache"} || failed+=("$release")
 done

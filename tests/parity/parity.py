@@ -90,7 +90,18 @@ FAMILIES = {
     "hybrid-SWA": ["GptOssForCausalLM"],
     "DeepSeek-V4": ["DeepseekV4ForCausalLM"],
 }
-FAMILY_OF = {arch: fam for fam, archs in FAMILIES.items() for arch in archs}
+# Hybrid-state models (a state pool beside the KV cache), published-shape configs: generated
+# from their own seed (`--generated-state`), so the families above keep their cases.
+# One family a model, so each is drawn as often: Mamba2 (Nemotron-H, Falcon-H1, Granite-4.0-H),
+# gated DeltaNet (Qwen3-Next) and LFM2's short convolutions (`no_buffer` by default).
+STATE_FAMILIES = {
+    "Mamba2-NemH": ["NemotronHForCausalLM"],
+    "Mamba2-Falc": ["FalconH1ForCausalLM"],
+    "Mamba2-Gran": ["GraniteMoeHybridForCausalLM"],
+    "GDN": ["Qwen3NextForCausalLM"],
+    "LFM2": ["Lfm2ForCausalLM"],
+}
+FAMILY_OF = {arch: fam for fams in (FAMILIES, STATE_FAMILIES) for fam, archs in fams.items() for arch in archs}
 
 
 def load_config(arch):
@@ -159,9 +170,9 @@ def gen_role(rng, role):
     return out
 
 
-def gen_spec(rng, i, seed):
-    family = rng.choice(list(FAMILIES))
-    arch = rng.choice(FAMILIES[family])
+def gen_spec(rng, i, seed, families=FAMILIES, prefix="g"):
+    family = rng.choice(list(families))
+    arch = rng.choice(families[family])
     profile = rng.choice(PROFILES)
     kv = {"backend": pick(rng, [("mooncake", 12), ("nixl", 3), ("mori", 1), ("fake", 1)])}
     page = pick(rng, [(None, 3), (1, 2), (16, 1), (32, 1), (64, 6), (128, 2), (256, 2)])
@@ -185,22 +196,22 @@ def gen_spec(rng, i, seed):
             tmpl["env"] = env
         if tmpl:
             spec[role]["template"] = tmpl
-    name = f"g{seed}-{i}"
+    name = f"{prefix}{seed}-{i}"
     doc = {"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": name}, "spec": spec}
     return doc, family, arch, profile
 
 
-def generated_corpus(seed, n, workdir):
-    rng = random.Random(seed)
+def generated_corpus(seed, n, workdir, families=FAMILIES, prefix="g"):
+    rng = random.Random(seed if families is FAMILIES else seed * 104729 + 3)
     docs, meta = [], {}
     for arch in FAMILY_OF:
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cfg-{arch.lower()}"},
                      "data": {"config.json": json.dumps(load_config(arch))}})
     for i in range(n):
-        doc, family, arch, profile = gen_spec(rng, i, seed)
+        doc, family, arch, profile = gen_spec(rng, i, seed, families, prefix)
         docs.append(doc)
         meta[doc["metadata"]["name"]] = {"family": family, "arch": arch, "profiles": [profile], "source": "generated"}
-    path = os.path.join(workdir, f"generated-{seed}-{n}.yaml")
+    path = os.path.join(workdir, f"generated-{prefix}{seed}-{n}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump_all(docs, f, sort_keys=False)
     return path, meta
@@ -230,6 +241,23 @@ INVALID = {
     "loads": ["{", "x"], "json_list_type": ["[", "x"], "parse_cuda_graph_backend_arg": ["tc_piecewise"],
     "parse_cuda_graph_config_arg": ["[]", '{"x": {}}', '{"decode": 1}', "x"], "LoRAPathAction": ['{"a": 1}', "{x}"],
 }
+
+
+# The option groups of SGLang's PD recipes (DeepSeek, Qwen, GLM, Kimi, GPT-OSS), by dest prefix:
+# the table corpus's false admissions and known gaps are reported per group (issue #55).
+RECIPE_GROUPS = [
+    ("overlap", ("enable_two_batch_overlap", "enable_single_batch_overlap", "tbo_", "disable_overlap_schedule")),
+    ("speculative", ("speculative_",)),
+    ("moe-a2a", ("moe_a2a_backend", "deepep_", "moe_runner_backend", "enable_eplb", "ep_")),
+    ("dp-attention", ("enable_dp_attention", "enable_dp_lm_head")),
+    ("chunked-prefill", ("chunked_prefill_size", "enable_mixed_chunk")),
+    ("cuda-graph", ("cuda_graph_", "disable_cuda_graph", "disable_prefill_cuda_graph", "disable_decode_cuda_graph")),
+    ("kv-dtype", ("kv_cache_dtype",)),
+]
+
+
+def recipe_group(dest):
+    return next((g for g, prefixes in RECIPE_GROUPS if dest.startswith(prefixes)), "other")
 
 
 def startup_gaps():
@@ -321,13 +349,15 @@ def table_corpus(seed, n, release, workdir):
                      "data": {"config.json": json.dumps(load_config(arch))}})
     for i in range(n):
         arch, par, kv = rng.choice(TABLE_BASES)
-        extra = [a for o in rng.sample(drawn, rng.choice([1, 1, 2])) for a in table_arg(rng, o, all_options)]
+        options = rng.sample(drawn, rng.choice([1, 1, 2]))
+        extra = [a for o in options for a in table_arg(rng, o, all_options)]
         role = {"replicas": 1, "parallelism": dict(par), "template": {"extraArgs": extra}}
         spec = {"model": {"path": f"/models/{arch}", "configMapRef": {"name": f"cfg-{arch.lower()}", "key": "config.json"}},
                 "kvTransfer": dict(kv), "prefill": role, "decode": copy.deepcopy(role)}
         name = f"t{seed}-{i}"
         docs.append({"apiVersion": "pd.inference.dev/v1alpha1", "kind": "PDDeployment", "metadata": {"name": name}, "spec": spec})
-        meta[name] = {"family": FAMILY_OF[arch], "arch": arch, "profiles": [rng.choice(PROFILES)], "source": "table"}
+        meta[name] = {"family": FAMILY_OF[arch], "arch": arch, "profiles": [rng.choice(PROFILES)], "source": "table",
+                      "groups": sorted({recipe_group(o["dest"]) for o in options})}
     path = os.path.join(workdir, f"table-{release}-{seed}-{n}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump_all(docs, f, sort_keys=False)
@@ -568,6 +598,8 @@ def main():
     ap.add_argument("--rules-dir", help="specs the rule tests dumped (PD_PARITY_DUMP)")
     ap.add_argument("--layouts", action="store_true", help="add the DeepSeek-V4 KV layout cases")
     ap.add_argument("--generated", type=int, default=0, help="how many generated specs")
+    ap.add_argument("--generated-state", type=int, default=0, help="how many generated specs of hybrid-state "
+                    "models (STATE_FAMILIES)")
     ap.add_argument("--table-args", type=int, default=0, help="how many specs with extraArgs drawn from the release's "
                     "option table (src/core/sglang_flags/<release>.txt)")
     ap.add_argument("--registry", action="store_true", help="add one spec per architecture of the release's model "
@@ -602,6 +634,9 @@ def main():
     if args.generated:
         path, meta = generated_corpus(args.seed, args.generated, args.workdir)
         groups.append(("generated", [path], meta))
+    if args.generated_state:
+        path, meta = generated_corpus(args.seed, args.generated_state, args.workdir, STATE_FAMILIES, "s")
+        groups.append(("state", [path], meta))
     registry_unmade = collections.Counter()
     if args.registry:
         path, meta, registry_unmade = registry_corpus(args.python, args.release_dir, args.workdir)
@@ -636,13 +671,15 @@ def main():
                     skipped[f"{source}: no config.json fixture for {arch or 'an unknown model'}"] += 1
                     continue
                 family = m["family"] if m else FAMILY_OF.get(arch, arch)
-                cases.append({"id": cid, "source": source, "family": family, "profile": profile, "case": c})
+                cases.append({"id": cid, "source": source, "family": family, "profile": profile, "case": c,
+                              "groups": (m or {}).get("groups", [])})
                 inputs.append({"id": cid, "profile": profile, "config": config, "processes": c["processes"]})
     t1 = time.time()
     results = run_oracle(args.python, inputs, args.workdir, args.jobs, args.oracle_cache, args.release_dir)
     t2 = time.time()
 
     table = collections.defaultdict(collections.Counter)
+    by_group = collections.defaultdict(collections.Counter)
     listed = collections.defaultdict(list)
     gaps = startup_gaps()
     report = []
@@ -665,6 +702,9 @@ def main():
                 table[key]["topo-bad"] += bool(topo)
         if verdict in ("false-deny", "false-admit", "gap"):
             listed[verdict].append(f"{c['id']} [{c['profile']}] {detail}")
+        for g in c["groups"]:
+            by_group[g]["cases"] += 1
+            by_group[g][verdict] += 1
         shake, shake_detail = classify_handshake(c["case"], o)
         for key in [(c["source"], "*", "*"), ("*", c["family"], c["profile"]), ("*", "*", "*")]:
             table[key][f"hs-{shake}"] += shake is not None
@@ -707,6 +747,11 @@ def main():
     for key in sorted(k for k in table if k[0] == "*" and k[1] != "*"):
         row(key)
     row(("*", "*", "*"))
+    if by_group:
+        print("\noption-table corpus by option group: cases, false admissions, known gaps")
+        for g in [g for g, _ in RECIPE_GROUPS] + ["other"]:
+            t = by_group.get(g, collections.Counter())
+            print(f"  {g:16} {t['cases']:5} {t['false-admit']:5} {t['gap']:5}")
     bad = 0
     for verdict, items in listed.items():
         # A sidecar topology SGLang's roles would not report fails their pods at the handshake.
