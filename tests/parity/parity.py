@@ -209,6 +209,12 @@ def generated_corpus(seed, n, workdir, families=FAMILIES, prefix="g"):
                      "data": {"config.json": json.dumps(load_config(arch))}})
     for i in range(n):
         doc, family, arch, profile = gen_spec(rng, i, seed, families, prefix)
+        if families is not FAMILIES and rng.random() < 0.5:
+            # Half the hybrid-state specs are plain TP pairs with no extraArgs or env, most of
+            # which both sides admit: the sidecar's contract is compared only for admitted pairs.
+            tp = rng.choice([1, 2, 4, 8])
+            for role in ("prefill", "decode"):
+                doc["spec"][role] = {"replicas": 1, "parallelism": {"tp": tp}}
         docs.append(doc)
         meta[doc["metadata"]["name"]] = {"family": family, "arch": arch, "profiles": [profile], "source": "generated"}
     path = os.path.join(workdir, f"generated-{prefix}{seed}-{n}.yaml")
