@@ -103,6 +103,14 @@ STATE_FAMILIES = {
 }
 FAMILY_OF = {arch: fam for fams in (FAMILIES, STATE_FAMILIES) for fam, archs in fams.items() for arch in archs}
 
+# A generated group: its spec names' prefix, its families, its generator's seed from --seed, and
+# the share of plain tp pairs (no extraArgs or env) among its specs.
+Group = collections.namedtuple("Group", "prefix families seed_of plain")
+GENERATED = Group("g", FAMILIES, lambda seed: seed, 0.0)
+# Half the hybrid-state specs are plain tp pairs, most of which both sides admit: the sidecar's
+# contract is compared only for admitted pairs.
+GENERATED_STATE = Group("s", STATE_FAMILIES, lambda seed: seed * 104729 + 3, 0.5)
+
 
 def load_config(arch):
     path = os.path.join(CONFIGS, f"{arch}.json")
@@ -201,23 +209,21 @@ def gen_spec(rng, i, seed, families=FAMILIES, prefix="g"):
     return doc, family, arch, profile
 
 
-def generated_corpus(seed, n, workdir, families=FAMILIES, prefix="g"):
-    rng = random.Random(seed if families is FAMILIES else seed * 104729 + 3)
+def generated_corpus(seed, n, workdir, group=GENERATED):
+    rng = random.Random(group.seed_of(seed))
     docs, meta = [], {}
     for arch in FAMILY_OF:
         docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cfg-{arch.lower()}"},
                      "data": {"config.json": json.dumps(load_config(arch))}})
     for i in range(n):
-        doc, family, arch, profile = gen_spec(rng, i, seed, families, prefix)
-        if families is not FAMILIES and rng.random() < 0.5:
-            # Half the hybrid-state specs are plain TP pairs with no extraArgs or env, most of
-            # which both sides admit: the sidecar's contract is compared only for admitted pairs.
+        doc, family, arch, profile = gen_spec(rng, i, seed, group.families, group.prefix)
+        if group.plain and rng.random() < group.plain:
             tp = rng.choice([1, 2, 4, 8])
             for role in ("prefill", "decode"):
                 doc["spec"][role] = {"replicas": 1, "parallelism": {"tp": tp}}
         docs.append(doc)
         meta[doc["metadata"]["name"]] = {"family": family, "arch": arch, "profiles": [profile], "source": "generated"}
-    path = os.path.join(workdir, f"generated-{prefix}{seed}-{n}.yaml")
+    path = os.path.join(workdir, f"generated-{group.prefix}{seed}-{n}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump_all(docs, f, sort_keys=False)
     return path, meta
@@ -641,7 +647,7 @@ def main():
         path, meta = generated_corpus(args.seed, args.generated, args.workdir)
         groups.append(("generated", [path], meta))
     if args.generated_state:
-        path, meta = generated_corpus(args.seed, args.generated_state, args.workdir, STATE_FAMILIES, "s")
+        path, meta = generated_corpus(args.seed, args.generated_state, args.workdir, GENERATED_STATE)
         groups.append(("state", [path], meta))
     registry_unmade = collections.Counter()
     if args.registry:
